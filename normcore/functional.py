@@ -1,0 +1,357 @@
+r"""The normalizations as pure functions, written from one formula.
+
+.. math::
+
+    y_i = \gamma\,\frac{x_i - \mu_i}{\sqrt{\sigma_i^2 + \epsilon}} + \beta
+
+Every function here is a thin wrapper that validates its arguments, asks
+:func:`normcore.axes.layout` which elements share :math:`\mu_i, \sigma_i^2`, and calls the
+one primitive :func:`normalize`.  The signatures are those of ``torch.nn.functional``.
+
+Conventions, all as in PyTorch:
+
+* the normalization divides by the **biased** variance (:math:`M_2 / n`);
+* ``running_var`` is updated with the **unbiased** variance (:math:`M_2 / (n-1)`);
+* the update is :math:`r \leftarrow (1-m)\,r + m\,s`, in place;
+* float16 / bfloat16 inputs are normalized in float32 and the result cast back.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import NamedTuple, Sequence
+
+import torch
+
+from . import stats
+from .axes import Layout, layout
+
+__all__ = [
+    "normalize", "batch_norm", "layer_norm", "instance_norm", "group_norm",
+    "weight_standardize", "WS_CONVENTIONS",
+]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------
+# argument checks (shared by every public function)
+# ---------------------------------------------------------------------------------------
+def check_float(x, name: str, fn: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{fn}: {name} has dtype {x.dtype}, but normalization needs a floating-point "
+            f"tensor; convert it first, e.g. {name}.float()")
+
+
+def check_eps(eps, fn: str) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{fn}: eps must be a positive number, got {eps!r}")
+    if not eps > 0:
+        raise ValueError(
+            f"{fn}: eps={eps} must be > 0; it keeps 1/sqrt(var + eps) finite when a set has "
+            f"zero variance (PyTorch's default is 1e-5)")
+
+
+def _check_param(p, name: str, shape: tuple[int, ...], fn: str) -> None:
+    if p is None:
+        return
+    check_float(p, name, fn)
+    if tuple(p.shape) != tuple(shape):
+        raise ValueError(
+            f"{fn}: {name} has shape {tuple(p.shape)}, expected {tuple(shape)} "
+            f"(one value per {'channel' if len(shape) == 1 else 'element of normalized_shape'})")
+
+
+def _verify_batch_size(size: torch.Size, fn: str) -> None:
+    # the same test and message as torch.nn.functional._verify_batch_size
+    n = size[0]
+    for s in size[2:]:
+        n *= s
+    if n == 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {size}. "
+            f"({fn}: a batch statistic over one value is that value, so every output would be "
+            f"beta; use a batch of at least 2, or eval mode)")
+
+
+def _verify_spatial_size(size: torch.Size, fn: str) -> None:
+    # the same test and message as torch.nn.functional._verify_spatial_size
+    n = 1
+    for s in size[2:]:
+        n *= s
+    if n == 1:
+        raise ValueError(
+            f"Expected more than 1 spatial element when training, got input size {size}. "
+            f"({fn}: each instance statistic would be over one value)")
+
+
+def _momentum_value(momentum, fn: str) -> float:
+    if momentum is None:
+        raise TypeError(
+            f"{fn}: momentum=None (the cumulative average) needs the step count, which a "
+            f"function does not keep; pass momentum=1/num_batches_tracked, or use the module "
+            f"(normcore.nn), which does this bookkeeping")
+    return float(momentum)
+
+
+# ---------------------------------------------------------------------------------------
+# the one primitive
+# ---------------------------------------------------------------------------------------
+class Normalized(NamedTuple):
+    """What :func:`normalize` returns: the output and the statistics it used (in the view)."""
+
+    output: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+
+
+def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
+              mean=None, var=None, correction: int = 0, eps_mode: str = "inside") -> Normalized:
+    r"""Normalize ``x`` over the sets :math:`S_i` described by ``lay``.
+
+    .. math::
+
+        \mu_i = \frac{1}{|S_i|}\sum_{k\in S_i} x_k, \quad
+        \sigma_i^2 = \frac{1}{|S_i| - c}\sum_{k\in S_i}(x_k-\mu_i)^2, \quad
+        y_i = \gamma\,\frac{x_i-\mu_i}{\sqrt{\sigma_i^2+\epsilon}} + \beta
+
+    with :math:`c` = ``correction`` (0: biased, the normalization layers' choice).
+    ``eps_mode="outside"`` uses :math:`(x_i-\mu_i)/(\sigma_i+\epsilon)` instead (the original
+    Weight Standardization code).  Given ``mean`` and ``var`` (broadcastable to the view),
+    they are used instead of the statistics of ``x``: that is eval mode.
+
+    Implementation: the affine map is folded into one scale and one shift,
+    ``y = x * scale + shift`` with ``scale = gamma / sqrt(var + eps)`` and
+    ``shift = beta - mean * scale``, whenever gamma is constant on each set (BN, IN, GN); then
+    the whole output is one fused multiply-add over the input after one ``var_mean`` pass.
+    """
+    out_dtype = x.dtype
+    cdt = torch.float32 if out_dtype in _LOW_PRECISION else out_dtype
+    xv = x.reshape(lay.view_shape)
+    if xv.dtype != cdt:
+        xv = xv.to(cdt)
+    if mean is None or var is None:
+        # one pass: torch.var_mean computes both (it is Welford-stable)
+        var, mean = torch.var_mean(xv, dim=lay.reduce_dims, correction=correction, keepdim=True)
+    else:
+        mean, var = mean.to(cdt), var.to(cdt)
+    if eps_mode == "inside":
+        inv_std = torch.rsqrt(var + eps)  # 1 / sqrt(var + eps)
+    elif eps_mode == "outside":
+        inv_std = 1.0 / (var.sqrt() + eps)  # 1 / (std + eps)
+    else:
+        raise ValueError(f"eps_mode must be 'inside' or 'outside', got {eps_mode!r}")
+
+    w = None if weight is None else weight.to(cdt).reshape(lay.affine_view_shape)
+    b = None if bias is None else bias.to(cdt).reshape(lay.affine_view_shape)
+    # gamma is constant on every set iff it has size 1 along every reduced dim
+    foldable = all(lay.affine_view_shape[d] == 1 for d in lay.reduce_dims)
+    if foldable:
+        scale = inv_std if w is None else inv_std * w           # gamma / sqrt(var + eps)
+        shift = -mean * scale if b is None else b - mean * scale  # beta - mu * scale
+        y = torch.addcmul(shift, xv, scale)                     # x * scale + shift
+    else:  # LayerNorm: gamma varies inside the set, so normalize first, then scale
+        y = torch.addcmul(-mean * inv_std, xv, inv_std)         # x_hat
+        if w is not None:
+            y = y * w if b is None else torch.addcmul(b, y, w)  # gamma * x_hat + beta
+        elif b is not None:
+            y = y + b
+    return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
+
+
+# ---------------------------------------------------------------------------------------
+# batch norm
+# ---------------------------------------------------------------------------------------
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    r"""Batch normalization (Ioffe & Szegedy 2015): one :math:`\mu, \sigma^2` per channel,
+    over the batch and every spatial position.
+
+    ``training=True``: normalize with the batch's biased variance, and if running buffers
+    are given, update them in place: ``running_mean`` with the batch mean, ``running_var``
+    with the batch's *unbiased* variance.  ``training=False``: normalize with the running
+    buffers.
+    """
+    fn = "batch_norm"
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    stats.check_momentum(momentum)
+    if input.dim() < 2:
+        raise ValueError(f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
+    C = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        _check_param(t, name, (C,), fn)
+    _check_param(weight, "weight", (C,), fn)
+    _check_param(bias, "bias", (C,), fn)
+    lay = layout("batch", input.shape)
+    if not training:
+        if running_mean is None or running_var is None:
+            raise ValueError(
+                f"{fn}: training=False normalizes with running_mean and running_var, "
+                f"so both must be given (or pass training=True to use batch statistics)")
+        stat_shape = lay.affine_view_shape
+        return normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(stat_shape),
+                         var=running_var.reshape(stat_shape)).output
+    _verify_batch_size(input.shape, fn)
+    out = normalize(input, lay, eps, weight, bias)
+    if running_mean is not None or running_var is not None:
+        if running_mean is None or running_var is None:
+            raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
+        n = lay.set_size
+        m = _momentum_value(momentum, fn)
+        stats.ema_update_(running_mean, out.mean.detach().reshape(C), m)
+        stats.ema_update_(running_var, stats.unbiased_from_biased(out.var.detach(), n).reshape(C), m)
+    return out.output
+
+
+# ---------------------------------------------------------------------------------------
+# instance norm
+# ---------------------------------------------------------------------------------------
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    r"""Instance normalization (Ulyanov et al. 2016): one :math:`\mu, \sigma^2` per sample
+    and channel, over the spatial positions.
+
+    With ``use_input_stats`` and running buffers, the buffers are updated with the
+    per-instance statistics averaged over the batch (as PyTorch does).  With
+    ``use_input_stats=False`` the running buffers are used, as in BatchNorm's eval mode.
+    """
+    fn = "instance_norm"
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    stats.check_momentum(momentum)
+    if input.dim() < 3:
+        raise ValueError(
+            f"{fn}: expected an input of shape (N, C, *spatial) with at least one spatial dim, "
+            f"got shape {tuple(input.shape)}")
+    C = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        _check_param(t, name, (C,), fn)
+    _check_param(weight, "weight", (C,), fn)
+    _check_param(bias, "bias", (C,), fn)
+    lay = layout("instance", input.shape)
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError(
+                f"{fn}: use_input_stats=False normalizes with running_mean and running_var, "
+                f"so both must be given")
+        shp = lay.affine_view_shape
+        return normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(shp),
+                         var=running_var.reshape(shp)).output
+    _verify_spatial_size(input.shape, fn)
+    out = normalize(input, lay, eps, weight, bias)
+    if running_mean is not None or running_var is not None:
+        if running_mean is None or running_var is None:
+            raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
+        n = lay.set_size
+        m = _momentum_value(momentum, fn)
+        N = input.shape[0]
+        mean_c = out.mean.detach().reshape(N, C).mean(0)
+        var_c = stats.unbiased_from_biased(out.var.detach(), n).reshape(N, C).mean(0)
+        stats.ema_update_(running_mean, mean_c, m)
+        stats.ema_update_(running_var, var_c, m)
+    return out.output
+
+
+# ---------------------------------------------------------------------------------------
+# layer norm
+# ---------------------------------------------------------------------------------------
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    r"""Layer normalization (Ba et al. 2016): one :math:`\mu, \sigma^2` per leading index,
+    over the trailing ``normalized_shape`` dims; gamma and beta have ``normalized_shape``."""
+    fn = "layer_norm"
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    normalized_shape = tuple(int(s) for s in normalized_shape)
+    k = len(normalized_shape)
+    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k:]) != normalized_shape:
+        raise ValueError(
+            f"{fn}: Given normalized_shape={list(normalized_shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
+            f"{list(input.shape)}; normalized_shape must equal the input's last dims")
+    _check_param(weight, "weight", normalized_shape, fn)
+    _check_param(bias, "bias", normalized_shape, fn)
+    lay = layout("layer", input.shape, normalized_ndim=k)
+    return normalize(input, lay, eps, weight, bias).output
+
+
+# ---------------------------------------------------------------------------------------
+# group norm
+# ---------------------------------------------------------------------------------------
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    r"""Group normalization (Wu & He 2018): one :math:`\mu, \sigma^2` per sample and group of
+    ``C // num_groups`` contiguous channels, over those channels and every spatial position;
+    gamma and beta are per channel."""
+    fn = "group_norm"
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    if input.dim() < 2:
+        raise ValueError(f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
+        raise TypeError(f"{fn}: num_groups must be an int, got {num_groups!r}")
+    C = input.shape[1]
+    if num_groups <= 0 or C % num_groups:
+        raise ValueError(
+            f"{fn}: Expected number of channels in input to be divisible by num_groups, but got "
+            f"input of shape {list(input.shape)} and num_groups={num_groups}; "
+            f"choose num_groups among the divisors of {C}")
+    _check_param(weight, "weight", (C,), fn)
+    _check_param(bias, "bias", (C,), fn)
+    lay = layout("group", input.shape, num_groups)
+    return normalize(input, lay, eps, weight, bias).output
+
+
+# ---------------------------------------------------------------------------------------
+# weight standardization
+# ---------------------------------------------------------------------------------------
+#: The three conventions in use: (correction, eps_mode, default eps).
+WS_CONVENTIONS = {
+    # Qiao et al. 2019, reference code: w.std(dim=1) (unbiased) + 1e-5
+    "original": dict(correction=1, eps_mode="outside", eps=1e-5),
+    # Kolesnikov et al. 2020 (BiT): var_mean(unbiased=False), sqrt(v + 1e-10)
+    "bit": dict(correction=0, eps_mode="inside", eps=1e-10),
+    # timm StdConv2d: F.batch_norm over the weight (biased), eps=1e-6 inside the sqrt
+    "timm": dict(correction=0, eps_mode="inside", eps=1e-6),
+}
+
+
+def weight_standardize(weight, eps=None, *, convention="original"):
+    r"""Weight Standardization (Qiao et al. 2019): standardize each output channel of a
+    weight ``(C_out, C_in, *kernel)`` over ``(C_in, *kernel)``.
+
+    Three conventions exist, and they differ:
+
+    =============  ====================================  =============================
+    convention     formula                               default ``eps``
+    =============  ====================================  =============================
+    ``original``   :math:`(w-\mu)/(\sigma_{n-1}+\epsilon)`  ``1e-5`` (the default here)
+    ``bit``        :math:`(w-\mu)/\sqrt{\sigma_n^2+\epsilon}`  ``1e-10``
+    ``timm``       :math:`(w-\mu)/\sqrt{\sigma_n^2+\epsilon}`  ``1e-6``
+    =============  ====================================  =============================
+
+    where :math:`\sigma_{n-1}` is the unbiased std and :math:`\sigma_n^2` the biased
+    variance.  ``eps=None`` takes the convention's default.  It is a LayerNorm of the weight
+    over every dim but the first, without affine parameters; :func:`normalize` does it.
+    """
+    fn = "weight_standardize"
+    check_float(weight, "weight", fn)
+    if convention not in WS_CONVENTIONS:
+        raise ValueError(
+            f"{fn}: unknown convention {convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
+    conv = WS_CONVENTIONS[convention]
+    eps = conv["eps"] if eps is None else eps
+    check_eps(eps, fn)
+    if weight.dim() < 2:
+        raise ValueError(
+            f"{fn}: expected a weight of shape (C_out, C_in, *kernel), got shape {tuple(weight.shape)}")
+    n = 1
+    for s in weight.shape[1:]:
+        n *= s
+    if conv["correction"] and n < 2:
+        raise ValueError(f"{fn}: the unbiased std needs at least 2 weights per output channel, got {n}")
+    lay = layout("layer", weight.shape)
+    return normalize(weight, lay, eps, correction=conv["correction"], eps_mode=conv["eps_mode"]).output
