@@ -1,0 +1,59 @@
+"""Shared hypothesis strategies and tolerances for the package tests."""
+import torch
+from hypothesis import strategies as st
+
+#: float32 at torch's usual tolerances (torch.testing defaults), float64 tight.
+TOL = {
+    torch.float32: dict(rtol=1.3e-6, atol=1e-5),
+    torch.float64: dict(rtol=1e-10, atol=1e-10),
+}
+#: gradients accumulate more rounding in float32
+GRAD_TOL = {
+    torch.float32: dict(rtol=1e-4, atol=1e-4),
+    torch.float64: dict(rtol=1e-9, atol=1e-9),
+}
+
+dtypes = st.sampled_from([torch.float32, torch.float64])
+
+
+@st.composite
+def nchw_shapes(draw, min_spatial=0, max_spatial=3, max_channels=32, min_batch=2, max_batch=16):
+    """(N, C, *spatial) with 0..3 spatial dims, N in 2..16, C in 1..32, small spatial sizes."""
+    n = draw(st.integers(min_batch, max_batch))
+    c = draw(st.integers(1, max_channels))
+    k = draw(st.integers(min_spatial, max_spatial))
+    spatial = tuple(draw(st.integers(1, 5 if k < 3 else 3)) for _ in range(k))
+    return (n, c) + spatial
+
+
+def make_input(shape, dtype, seed, loc_scale=True):
+    """A seeded input whose channels have different means and scales."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    if loc_scale and len(shape) >= 2:
+        c = shape[1]
+        loc = torch.randn(c, generator=g, dtype=torch.float64) * 3
+        scale = torch.rand(c, generator=g, dtype=torch.float64) * 4 + 0.25
+        view = (1, c) + (1,) * (len(shape) - 2)
+        x = x * scale.reshape(view) + loc.reshape(view)
+    return x.to(dtype)
+
+
+def make_affine(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed + 1)
+    w = (torch.randn(shape, generator=g, dtype=torch.float64) * 0.5 + 1).to(dtype)
+    b = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    return w, b
+
+
+def assert_matches(ours, theirs, dtype, grad=False, exact=None):
+    """float64: tight agreement with torch.  float32: torch's usual tolerances, or, where the
+    problem is ill-conditioned (a tiny spread relative to the mean), no less accurate than
+    torch itself against a float64 reference ``exact`` (within a factor 2)."""
+    tol = (GRAD_TOL if grad else TOL)[dtype]
+    if exact is None or torch.allclose(ours, theirs, **tol):
+        torch.testing.assert_close(ours, theirs, **tol)
+        return
+    err_ours = (ours.double() - exact).abs().max().item()
+    err_torch = (theirs.double() - exact).abs().max().item()
+    assert err_ours <= 2 * err_torch + tol["atol"], (err_ours, err_torch)
