@@ -1,0 +1,94 @@
+# normcore book: `make book` builds and opens the book, `make test` runs every test.
+# Needs only python3 and node/npm (and, for `make test`, Debian's /usr/bin/chromium).
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := book
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+JB := $(BIN)/jupyter-book
+HTML := _build/html
+PORT ?= 8000
+CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
+BUILD_FLAGS := -W -n --keep-going
+
+.PHONY: book build vendor test test-package test-site notebooks lab serve clean
+
+# --- environments (stamp files: redone only when the pins change) -----------------------
+
+# requirements.txt pins every package, torch==2.13.0 (the CPU wheel) among them, so pip
+# never resolves another torch.
+$(VENV)/.stamp: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+node_modules/.stamp: package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+# copies MathJax and the widget manager into assets/_vendor/ (served as _static/)
+vendor: node_modules/.stamp $(VENV)/.stamp
+	$(PY) tools/vendor_frontend.py
+
+# --- the book ----------------------------------------------------------------------------
+
+build: vendor
+	$(JB) build $(BUILD_FLAGS) .
+
+book: build
+	@page="$(CURDIR)/$(HTML)/index.html"; \
+	if [ -n "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && command -v xdg-open >/dev/null 2>&1; then \
+	  echo "Opening $$page"; xdg-open "$$page" >/dev/null 2>&1 & \
+	elif [ "$$(uname)" = Darwin ]; then \
+	  open "$$page"; \
+	else \
+	  echo "The book is built: $$page"; \
+	  echo "No display here. Serve it with 'make serve' and open http://127.0.0.1:$(PORT)/"; \
+	fi
+
+# --- tests -------------------------------------------------------------------------------
+# 1. package tests and nbval (strict) on every chapter, in parallel: --dist loadfile keeps
+#    one notebook's cells in one worker (one kernel);
+# 2. a clean build of the book (warnings are errors);
+# 3. the browser tests of that fresh build.
+# pytest's exit code 5 (nothing collected) fails the target like any other non-zero code.
+
+test:
+	$(MAKE) test-package
+	$(MAKE) test-site
+
+test-package: $(VENV)/.stamp
+	$(BIN)/pytest -n 2 --dist loadfile -m "not site" tests chapters
+
+test-site: vendor
+	rm -rf $(HTML) _build/.doctrees _build/screenshots
+	$(JB) build $(BUILD_FLAGS) .
+	$(BIN)/pytest -m site tests/test_site.py
+
+# --- notebooks ---------------------------------------------------------------------------
+
+# Re-execute every chapter in place, then strip images and widget state (text outputs stay,
+# nbval compares them). Run after editing a chapter, before committing it.
+notebooks: $(VENV)/.stamp
+	for nb in $(CHAPTERS); do \
+	  echo "executing $$nb"; \
+	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 "$$nb"; \
+	done
+	$(PY) tools/strip_notebook.py $(CHAPTERS)
+
+lab: $(VENV)/.stamp
+	cd chapters && ../$(BIN)/jupyter lab
+
+serve:
+	@test -f $(HTML)/index.html || { echo "No $(HTML)/index.html: run 'make book' first"; exit 1; }
+	@echo "Serving $(HTML) at http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
+
+clean:
+	rm -rf _build assets/_vendor

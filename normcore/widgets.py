@@ -1,0 +1,389 @@
+"""Static-first widgets: every frame rendered ahead of time, switched in the browser.
+
+An ipywidget whose Python callback needs a kernel is frozen on a static web page: the
+controls move and nothing happens. The widgets of this book are therefore built the
+*static-first* way:
+
+1. render every frame over a discrete grid of control values (SVG for diagrams, small
+   PNGs for plots);
+2. put the frames in :class:`ipywidgets.Stack` containers -- one level of nesting per
+   control, so a grid of ``n1 x n2`` values is an outer Stack of ``n1`` inner Stacks of
+   ``n2`` frames each;
+3. tie each control's ``index`` to the ``selected_index`` of every Stack of its level with
+   :func:`ipywidgets.jslink`.
+
+``jslink`` runs in the browser, so the widget responds on the static site (whose widget
+state myst-nb embeds at build time) and in JupyterLab alike, with no kernel round trip.
+
+Usage::
+
+    from normcore.widgets import static_widget, Control
+
+    def render(norm, groups):
+        return cube_svg(norm, groups)          # an SVG string, PNG bytes, or a Figure
+
+    static_widget(
+        render,
+        {"norm": ["batch", "layer", "instance", "group"],       # toggle buttons
+         "groups": Control([1, 2, 4], kind="slider", description="G")},
+        caption="The highlighted cells share one mean and one variance.",
+    )
+
+The page-weight budget of the book is 3 MB per page, and every frame ships with the page,
+so :func:`static_widget` refuses grids that are too large (``max_frames``) or whose frames
+add up to too many bytes (``max_bytes``) with a :class:`WidgetBudgetError` that says by
+how much.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import itertools
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import ipywidgets
+
+__all__ = [
+    "Control",
+    "StaticWidget",
+    "WidgetBudgetError",
+    "static_widget",
+    "figure_to_png",
+    "DEFAULT_MAX_FRAMES",
+    "DEFAULT_MAX_BYTES",
+]
+
+#: Largest number of frames one widget may hold (the product of the control sizes).
+DEFAULT_MAX_FRAMES = 64
+#: Largest embedded size of one widget's frames, in bytes as they appear in the page's
+#: widget state (PNG bytes are base64 encoded there, so they count 4/3). The page budget
+#: is 3 MB; one widget may take at most 1 MB of it by default.
+DEFAULT_MAX_BYTES = 1_000_000
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_KINDS = ("auto", "slider", "dropdown", "toggle")
+
+
+class WidgetBudgetError(ValueError):
+    """The frame grid is too large for the page-weight budget."""
+
+
+@dataclass(frozen=True)
+class Control:
+    """One control of a static widget.
+
+    values:
+        The grid of values, in display order. Each item is either a value, or a
+        ``(label, value)`` pair with a ``str`` label (all items one way or the other).
+        Values are passed to ``render`` unchanged; labels are what the reader sees.
+    kind:
+        ``"slider"`` (:class:`ipywidgets.SelectionSlider`), ``"dropdown"``
+        (:class:`ipywidgets.Dropdown`), ``"toggle"`` (:class:`ipywidgets.ToggleButtons`),
+        or ``"auto"``: a slider for numbers, toggle buttons for at most 5 short labels,
+        a dropdown otherwise.
+    description:
+        The label shown next to the control; defaults to the control's name.
+    index:
+        Which value is selected first.
+    """
+
+    values: Sequence[Any]
+    kind: str = "auto"
+    description: str | None = None
+    index: int = 0
+    labels: tuple[str, ...] = field(init=False, repr=False)
+    items: tuple[Any, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.values, (str, bytes)) or not isinstance(self.values, Sequence):
+            raise TypeError(
+                f"Control values must be a list or tuple of values, got {type(self.values).__name__}"
+            )
+        values = list(self.values)
+        if not values:
+            raise ValueError("a Control needs at least one value")
+        pairs = [_is_pair(v) for v in values]
+        if any(pairs) and not all(pairs):
+            raise ValueError(
+                "Control values must be all plain values or all (label, value) pairs, not a mix"
+            )
+        if all(pairs):
+            labels = tuple(v[0] for v in values)
+            items = tuple(v[1] for v in values)
+        else:
+            labels = tuple(_label(v) for v in values)
+            items = tuple(values)
+        if len(set(labels)) != len(labels):
+            dup = sorted({x for x in labels if labels.count(x) > 1})
+            raise ValueError(f"Control labels must be distinct; repeated: {dup}")
+        if self.kind not in _KINDS:
+            raise ValueError(f"Control kind must be one of {_KINDS}, got {self.kind!r}")
+        if not 0 <= self.index < len(values):
+            raise ValueError(f"Control index {self.index} out of range for {len(values)} values")
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "items", items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def resolved_kind(self) -> str:
+        if self.kind != "auto":
+            return self.kind
+        if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in self.items):
+            return "slider"
+        if len(self.labels) <= 5 and all(len(x) <= 12 for x in self.labels):
+            return "toggle"
+        return "dropdown"
+
+    def make_widget(self, name: str) -> ipywidgets.widgets.widget_selection._Selection:
+        kind = self.resolved_kind()
+        desc = self.description if self.description is not None else name
+        common = dict(
+            options=list(self.labels),
+            index=self.index,
+            description=desc,
+            style={"description_width": "initial"},
+        )
+        if kind == "slider":
+            w = ipywidgets.SelectionSlider(
+                continuous_update=True, readout=True,
+                layout=ipywidgets.Layout(width="28em", max_width="100%"), **common
+            )
+        elif kind == "dropdown":
+            w = ipywidgets.Dropdown(layout=ipywidgets.Layout(width="max-content"), **common)
+        else:
+            w = ipywidgets.ToggleButtons(**common)
+        w.add_class("normcore-control")
+        return w
+
+
+def _is_pair(v: Any) -> bool:
+    return isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str)
+
+
+def _label(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        return f"{float(v):g}"
+    return str(v)
+
+
+def figure_to_png(fig: Any, dpi: int = 80, *, colors: int | None = 256) -> bytes:
+    """Render a matplotlib Figure to PNG bytes and close it.
+
+    The PNG carries no timestamp or software tag, so the same figure always gives the same
+    bytes. With ``colors`` (default 256) the image is quantized to an adaptive palette,
+    which typically makes plots 2-4x smaller with no visible change; ``None`` keeps RGBA.
+    """
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    data = buf.getvalue()
+    if colors:
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        pal = img.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        pal.save(out, format="png", optimize=True)
+        if out.tell() < len(data):
+            data = out.getvalue()
+    return data
+
+
+def _is_figure(obj: Any) -> bool:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover - matplotlib is a dependency
+        return False
+    return isinstance(obj, Figure)
+
+
+def _frame(obj: Any, key: tuple, dpi: int) -> tuple[ipywidgets.Widget, int, str]:
+    """Turn one render result into a frame widget; return (widget, embedded bytes, format)."""
+    if _is_figure(obj):
+        obj = figure_to_png(obj, dpi=dpi)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        data = bytes(obj)
+        if not data.startswith(_PNG_SIGNATURE):
+            raise TypeError(f"render{key} returned bytes that are not a PNG image")
+        w = ipywidgets.Image(value=data, format="png", layout=ipywidgets.Layout(max_width="100%"))
+        return w, 4 * math.ceil(len(data) / 3), "png"
+    if isinstance(obj, str):
+        text = obj.lstrip()
+        if text.startswith("<?xml"):
+            text = text[text.index("?>") + 2:].lstrip()
+        if not text.startswith("<svg"):
+            raise TypeError(f"render{key} returned a string that is not an SVG document ('<svg ...')")
+        w = ipywidgets.HTML(value=text)
+        return w, len(text.encode("utf-8")), "svg"
+    raise TypeError(
+        f"render{key} returned {type(obj).__name__}; expected an SVG string, PNG bytes "
+        "or a matplotlib Figure"
+    )
+
+
+class StaticWidget(ipywidgets.VBox):
+    """The widget :func:`static_widget` returns: controls, nested frame Stacks, caption.
+
+    Attributes (for tests and for chapter code that wants to inspect it):
+
+    ``controls``  dict name -> selection widget, in grid order
+    ``stacks``    list, one entry per control, of the Stacks at that nesting level
+    ``links``     the :func:`ipywidgets.jslink` objects, (control.index -> stack.selected_index)
+    ``frames``    dict index tuple -> frame widget (``ipywidgets.HTML`` or ``ipywidgets.Image``)
+    ``nbytes``    embedded size of all frames in bytes (PNG counted base64-encoded)
+    ``formats``   set of frame formats used ("svg", "png")
+    """
+
+    def _summary(self) -> str:
+        shape = ", ".join(f"{name}={len(c.options)}" for name, c in self.controls.items())
+        fmt = "+".join(sorted(self.formats))
+        return f"StaticWidget({shape}; {len(self.frames)} {fmt} frames)"
+
+    # A short, deterministic text/plain: it is what the committed notebook stores for the
+    # widget's output, and what nbval compares (the widget-view JSON holds random model ids
+    # and is never compared).
+    def __repr__(self) -> str:
+        return self._summary()
+
+    def current_frame(self) -> ipywidgets.Widget:
+        """The frame the Python-side selection points at (mirrors what the browser shows)."""
+        key = tuple(c.index for c in self.controls.values())
+        return self.frames[key]
+
+
+def static_widget(
+    render: Callable[..., Any],
+    controls: Mapping[str, Sequence[Any] | Control],
+    caption: str | None = None,
+    *,
+    max_frames: int = DEFAULT_MAX_FRAMES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    dpi: int = 80,
+) -> StaticWidget:
+    """Render ``render(**values)`` over the whole grid of ``controls``, frames switched in JS.
+
+    Parameters
+    ----------
+    render:
+        Called once per grid point with one keyword argument per control (the control's
+        *value*, not its label). Returns an SVG string, PNG bytes, or a matplotlib Figure
+        (rendered to a PNG at ``dpi`` and closed).
+    controls:
+        Ordered mapping ``name -> values`` (a list of values or of ``(label, value)``
+        pairs), or ``name -> Control(...)`` to choose the kind of control. The first control
+        is the outermost Stack level.
+    caption:
+        HTML shown under the frames: tell the reader what to look for. Required in spirit;
+        pass ``None`` only for widgets whose surrounding text already says it.
+    max_frames, max_bytes:
+        Page-weight guard; see :data:`DEFAULT_MAX_FRAMES`, :data:`DEFAULT_MAX_BYTES`.
+    dpi:
+        Resolution of matplotlib figures.
+
+    Returns
+    -------
+    StaticWidget
+        A :class:`ipywidgets.VBox` of the controls, the frames and the caption. Display it
+        as the last expression of a cell. Its text form (what nbval compares) is a short
+        summary such as ``StaticWidget(norm=4, groups=3; 12 svg frames)``.
+    """
+    if not callable(render):
+        raise TypeError("render must be callable")
+    if not isinstance(controls, Mapping) or not controls:
+        raise ValueError("controls must be a non-empty mapping name -> values")
+    specs: dict[str, Control] = {}
+    for name, spec in controls.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"control names must be Python identifiers (they are keyword arguments), got {name!r}")
+        specs[name] = spec if isinstance(spec, Control) else Control(spec)
+
+    names = list(specs)
+    sizes = [len(specs[n]) for n in names]
+    n_frames = math.prod(sizes)
+    if n_frames > max_frames:
+        raise WidgetBudgetError(
+            f"static_widget: the grid {' x '.join(f'{n}={s}' for n, s in zip(names, sizes))} "
+            f"has {n_frames} frames, more than max_frames={max_frames}. Every frame ships with "
+            "the page (budget 3 MB per page): use fewer values per control, or raise "
+            "max_frames if the frames are tiny."
+        )
+
+    # 1. render every frame
+    frames: dict[tuple[int, ...], ipywidgets.Widget] = {}
+    formats: set[str] = set()
+    total = 0
+    for key in itertools.product(*(range(s) for s in sizes)):
+        kwargs = {n: specs[n].items[i] for n, i in zip(names, key)}
+        w, nbytes, fmt = _frame(render(**kwargs), key, dpi)
+        w.add_class("normcore-frame")
+        total += nbytes
+        if total > max_bytes:
+            raise WidgetBudgetError(
+                f"static_widget: frames exceed max_bytes={max_bytes} after {len(frames) + 1} of "
+                f"{n_frames} frames ({total} bytes so far, ~{total * n_frames // (len(frames) + 1)} "
+                "projected). Use smaller figures (figsize, dpi), SVG for diagrams, or fewer values."
+            )
+        frames[key] = w
+        formats.add(fmt)
+
+    # 2. nested Stacks, one level per control
+    control_widgets = {n: specs[n].make_widget(n) for n in names}
+    stacks: list[list[ipywidgets.Stack]] = [[] for _ in names]
+
+    def build(level: int, prefix: tuple[int, ...]) -> ipywidgets.Stack:
+        if level == len(names) - 1:
+            children = [frames[prefix + (i,)] for i in range(sizes[level])]
+        else:
+            children = [build(level + 1, prefix + (i,)) for i in range(sizes[level])]
+        stack = ipywidgets.Stack(children=children, selected_index=specs[names[level]].index)
+        stacks[level].append(stack)
+        return stack
+
+    root = build(0, ())
+    root.add_class("normcore-frames")
+
+    # 3. tie each control to every Stack of its level, in the browser
+    links = [
+        ipywidgets.jslink((control_widgets[n], "index"), (stack, "selected_index"))
+        for level, n in enumerate(names)
+        for stack in stacks[level]
+    ]
+
+    children: list[ipywidgets.Widget] = [
+        ipywidgets.VBox(list(control_widgets.values())).add_class("normcore-controls"),
+        root,
+    ]
+    if caption:
+        children.append(
+            ipywidgets.HTML(value=f'<div class="normcore-caption">{caption}</div>').add_class(
+                "normcore-caption-box"
+            )
+        )
+    box = StaticWidget(children=children)
+    box.add_class("normcore-widget")
+    box.controls = control_widgets
+    box.stacks = stacks
+    box.links = links
+    box.frames = frames
+    box.nbytes = total
+    box.formats = formats
+    box.specs = specs
+    return box
+
+
+def escape(text: str) -> str:
+    """HTML-escape plain text for use in a caption."""
+    return html.escape(text)

@@ -1,0 +1,304 @@
+"""Tests of normcore.widgets.static_widget: the structure that makes a widget work with no
+kernel (frames in nested Stacks, each control jslinked to selected_index), its guards, and
+what it embeds. The browser side (the same structure actually moving on the built site) is
+tested in tests/test_site.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import ipywidgets
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from ipywidgets.embed import embed_data  # noqa: E402
+from ipywidgets.widgets.widget_link import DirectionalLink, Link  # noqa: E402
+
+from normcore.widgets import (  # noqa: E402
+    DEFAULT_MAX_FRAMES,
+    Control,
+    StaticWidget,
+    WidgetBudgetError,
+    figure_to_png,
+    static_widget,
+)
+
+
+def svg_render(**values):
+    text = " ".join(f"{k}={v}" for k, v in sorted(values.items()))
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="160" height="20">'
+        f'<text x="2" y="15">{text}</text></svg>'
+    )
+
+
+def fig_render(slope):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, slope])
+    ax.set_ylim(0, 3)
+    return fig
+
+
+def walk_visible(w: StaticWidget) -> ipywidgets.Widget:
+    """Follow selected_index from the outer Stack down to a frame, as the browser does."""
+    node = w.stacks[0][0]
+    while isinstance(node, ipywidgets.Stack):
+        node = node.children[node.selected_index]
+    return node
+
+
+def propagate_links(w: StaticWidget) -> None:
+    """Apply every jslink source -> target, as the browser would after a control moves."""
+    for link in w.links:
+        (src, src_attr), (dst, dst_attr) = link.source, link.target
+        setattr(dst, dst_attr, getattr(src, src_attr))
+
+
+def frame_payload(frame: ipywidgets.Widget):
+    return bytes(frame.value) if isinstance(frame.value, memoryview) else frame.value
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# --- structure ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes", [(4,), (3, 2), (2, 3, 2)])
+def test_frame_count_nesting_and_links(sizes):
+    names = ["a", "b", "c"][: len(sizes)]
+    controls = {n: list(range(s)) for n, s in zip(names, sizes)}
+    w = static_widget(svg_render, controls, caption="what to look for")
+
+    assert isinstance(w, ipywidgets.VBox)
+    assert len(w.frames) == math.prod(sizes)
+    assert set(w.frames) == set(itertools.product(*(range(s) for s in sizes)))
+    assert all(isinstance(f, ipywidgets.HTML) for f in w.frames.values())
+
+    # one Stack level per control: level k has prod(sizes[:k]) Stacks of sizes[k] children
+    assert len(w.stacks) == len(sizes)
+    for level, stacks in enumerate(w.stacks):
+        assert len(stacks) == math.prod(sizes[:level])
+        for stack in stacks:
+            assert isinstance(stack, ipywidgets.Stack)
+            assert len(stack.children) == sizes[level]
+            inner = ipywidgets.Stack if level < len(sizes) - 1 else ipywidgets.HTML
+            assert all(isinstance(c, inner) for c in stack.children)
+
+    # every Stack of level k is linked to control k, once, and nothing else is linked
+    assert len(w.links) == sum(math.prod(sizes[:k]) for k in range(len(sizes)))
+    seen = set()
+    for link in w.links:
+        assert isinstance(link, Link) and not isinstance(link, DirectionalLink)  # jslink, both ways
+        (src, src_attr), (dst, dst_attr) = link.source, link.target
+        assert src_attr == "index"
+        assert dst_attr == "selected_index"
+        level = list(w.controls.values()).index(src)
+        assert any(dst is s for s in w.stacks[level])
+        assert id(dst) not in seen
+        seen.add(id(dst))
+    assert len(seen) == sum(len(s) for s in w.stacks)
+
+    # the widget shows controls, the outer Stack and the caption
+    assert w.stacks[0][0] in w.children
+    assert any(isinstance(c, ipywidgets.HTML) and "what to look for" in c.value for c in w.children)
+
+
+def test_every_grid_point_reaches_its_own_frame():
+    w = static_widget(svg_render, {"a": [1, 2, 3], "b": ["x", "y"], "c": [0.1, 0.2]})
+    controls = list(w.controls.values())
+    for key in itertools.product(range(3), range(2), range(2)):
+        for control, i in zip(controls, key):
+            control.index = i
+        propagate_links(w)
+        assert walk_visible(w) is w.frames[key]
+        assert w.current_frame() is w.frames[key]
+
+
+def test_distinct_values_give_distinct_frames_and_render_gets_values():
+    calls = []
+
+    def render(norm, eps):
+        calls.append((norm, eps))
+        return svg_render(norm=norm, eps=eps)
+
+    w = static_widget(
+        render,
+        {"norm": [("BatchNorm", "bn"), ("LayerNorm", "ln")], "eps": [1e-5, 1e-1, 1.0]},
+    )
+    # render receives the values, never the labels, once per grid point, in grid order
+    assert calls == list(itertools.product(["bn", "ln"], [1e-5, 1e-1, 1.0]))
+    payloads = [frame_payload(f) for f in w.frames.values()]
+    assert len(set(payloads)) == len(payloads) == 6
+    # the reader sees the labels
+    assert list(w.controls["norm"].options) == ["BatchNorm", "LayerNorm"]
+    assert list(w.controls["eps"].options) == ["1e-05", "0.1", "1"]
+
+
+def test_initial_index_selects_initial_frame():
+    w = static_widget(svg_render, {"a": Control([1, 2, 3], index=2), "b": Control(["x", "y"], index=1)})
+    assert w.controls["a"].index == 2 and w.controls["b"].index == 1
+    assert all(s.selected_index == 2 for s in w.stacks[0])
+    assert all(s.selected_index == 1 for s in w.stacks[1])
+    assert walk_visible(w) is w.frames[(2, 1)]
+
+
+# --- controls -------------------------------------------------------------------------
+
+
+def test_control_kinds():
+    w = static_widget(
+        svg_render,
+        {
+            "eps": [1e-5, 1e-3],  # numbers -> slider
+            "norm": ["batch", "layer"],  # few short labels -> toggle buttons
+            "model": ["a rather long model name", "another long model name"],  # -> dropdown
+            "g": Control([1, 2], kind="dropdown"),
+        },
+    )
+    assert isinstance(w.controls["eps"], ipywidgets.SelectionSlider)
+    assert isinstance(w.controls["norm"], ipywidgets.ToggleButtons)
+    assert isinstance(w.controls["model"], ipywidgets.Dropdown)
+    assert isinstance(w.controls["g"], ipywidgets.Dropdown)
+    assert w.controls["g"].description == "g"
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ([], "at least one value"),
+        (["a", "a"], "distinct"),
+        ([("one", 1), 2], "mix"),
+        ("abc", "list or tuple"),
+    ],
+)
+def test_bad_control_values(values, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        static_widget(svg_render, {"a": values})
+
+
+def test_bad_control_spec():
+    with pytest.raises(ValueError, match="kind"):
+        Control([1, 2], kind="knob")
+    with pytest.raises(ValueError, match="index"):
+        Control([1, 2], index=2)
+    with pytest.raises(ValueError, match="identifier"):
+        static_widget(svg_render, {"not a name": [1]})
+    with pytest.raises(ValueError, match="non-empty"):
+        static_widget(svg_render, {})
+
+
+# --- frames ---------------------------------------------------------------------------
+
+
+def test_figures_become_png_images_and_are_closed():
+    before = set(plt.get_fignums())
+    w = static_widget(fig_render, {"slope": [0.5, 1.0, 2.0]})
+    assert set(plt.get_fignums()) == before  # every rendered figure was closed
+    frames = list(w.frames.values())
+    assert all(isinstance(f, ipywidgets.Image) and f.format == "png" for f in frames)
+    assert all(bytes(f.value).startswith(b"\x89PNG\r\n\x1a\n") for f in frames)
+    assert len({bytes(f.value) for f in frames}) == 3
+    assert w.formats == {"png"}
+    # PNG frames count base64-encoded (as embedded in the page)
+    assert w.nbytes == sum(4 * math.ceil(len(f.value) / 3) for f in frames)
+
+
+def test_figure_to_png_is_deterministic_and_small():
+    a = figure_to_png(fig_render(1.0))
+    b = figure_to_png(fig_render(1.0))
+    assert a == b
+    rgba = figure_to_png(fig_render(1.0), colors=None)
+    assert len(a) < len(rgba)
+
+
+def test_png_bytes_pass_through():
+    png = figure_to_png(fig_render(1.0))
+    w = static_widget(lambda v: png if v else figure_to_png(fig_render(2.0)), {"v": [True, False]})
+    assert bytes(w.frames[(0,)].value) == png
+
+
+def test_bad_render_results():
+    with pytest.raises(TypeError, match="not a PNG"):
+        static_widget(lambda a: b"GIF89a...", {"a": [1]})
+    with pytest.raises(TypeError, match="not an SVG"):
+        static_widget(lambda a: "<div>hello</div>", {"a": [1]})
+    with pytest.raises(TypeError, match="expected an SVG string"):
+        static_widget(lambda a: 42, {"a": [1]})
+
+
+def test_xml_declaration_is_dropped():
+    w = static_widget(lambda a: '<?xml version="1.0"?>\n' + svg_render(a=a), {"a": [1]})
+    assert w.frames[(0,)].value.startswith("<svg")
+
+
+# --- page-weight guard ----------------------------------------------------------------
+
+
+def test_too_many_frames_fails_before_rendering():
+    calls = []
+
+    def render(a, b):
+        calls.append(1)
+        return svg_render(a=a, b=b)
+
+    with pytest.raises(WidgetBudgetError, match=r"a=10 x b=10 has 100 frames, more than max_frames=64"):
+        static_widget(render, {"a": list(range(10)), "b": list(range(10))})
+    assert calls == []
+    assert DEFAULT_MAX_FRAMES == 64
+    # the limit is adjustable
+    assert len(static_widget(render, {"a": list(range(10)), "b": list(range(10))}, max_frames=100).frames) == 100
+
+
+def test_too_many_bytes_fails():
+    big = '<svg xmlns="http://www.w3.org/2000/svg">' + "<!--" + "x" * 10_000 + "--></svg>"
+    with pytest.raises(WidgetBudgetError, match="max_bytes=25000"):
+        static_widget(lambda a: big, {"a": [1, 2, 3]}, max_bytes=25_000)
+    assert static_widget(lambda a: big, {"a": [1, 2]}, max_bytes=25_000).nbytes > 20_000
+
+
+# --- what the notebook stores and the page embeds -------------------------------------
+
+
+def test_text_repr_is_short_and_deterministic():
+    w1 = static_widget(svg_render, {"norm": ["batch", "layer"], "eps": [1e-5, 1e-3, 1e-1]})
+    w2 = static_widget(svg_render, {"norm": ["batch", "layer"], "eps": [1e-5, 1e-3, 1e-1]})
+    text = w1._repr_mimebundle_()["text/plain"]
+    assert text == repr(w2) == "StaticWidget(norm=2, eps=3; 6 svg frames)"
+    assert len(text) <= 110  # ipywidgets cuts text/plain at 110 characters
+
+
+def test_embedded_state_holds_frames_and_links():
+    """The state myst-nb embeds in the page must hold every frame and every jslink, so the
+    page's widget manager can switch frames with no kernel."""
+    w = static_widget(svg_render, {"a": [1, 2, 3], "b": ["x", "y"]}, caption="cap")
+    data = embed_data(views=[w])
+    state = data["manager_state"]["state"]
+    by_id = {k: v for k, v in state.items()}
+    control_ids = {c.model_id for c in w.controls.values()}
+    # (the state holds every widget of this process; keep the links of this widget)
+    links = [
+        v["state"]
+        for v in by_id.values()
+        if v["model_name"] == "LinkModel"
+        and v["state"]["source"][0].removeprefix("IPY_MODEL_") in control_ids
+    ]
+    assert len(links) == len(w.links) == 1 + 3
+    stack_ids = {s.model_id for level in w.stacks for s in level}
+    for link in links:
+        src_id, src_attr = link["source"]
+        dst_id, dst_attr = link["target"]
+        assert src_id.removeprefix("IPY_MODEL_") in control_ids and src_attr == "index"
+        assert dst_id.removeprefix("IPY_MODEL_") in stack_ids and dst_attr == "selected_index"
+    frame_ids = {f.model_id for f in w.frames.values()}
+    assert frame_ids <= set(by_id)
+    assert all("<svg" in by_id[i]["state"]["value"] for i in frame_ids)
+    assert data["view_specs"][0]["model_id"] == w.model_id
+    json.dumps(data)  # serializable as the page embeds it
