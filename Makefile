@@ -13,7 +13,7 @@ JB := $(BIN)/jupyter-book
 HTML := _build/html
 PORT ?= 8000
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
-BUILD_FLAGS := -W -n --keep-going
+BUILD_FLAGS := --all -W -n --keep-going
 
 .PHONY: book build vendor test test-package test-site notebooks lab serve clean
 

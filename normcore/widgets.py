@@ -287,7 +287,9 @@ def static_widget(
         is the outermost Stack level.
     caption:
         HTML shown under the frames: tell the reader what to look for. Required in spirit;
-        pass ``None`` only for widgets whose surrounding text already says it.
+        pass ``None`` only for widgets whose surrounding text already says it. Math in the
+        caption is typeset by MathJax: write it as ``\\(\\gamma\\)`` (``$`` is not a math
+        delimiter outside the notebook's markdown cells).
     max_frames, max_bytes:
         Page-weight guard; see :data:`DEFAULT_MAX_FRAMES`, :data:`DEFAULT_MAX_BYTES`.
     dpi:
@@ -368,7 +370,7 @@ def static_widget(
     ]
     if caption:
         children.append(
-            ipywidgets.HTML(value=f'<div class="normcore-caption">{caption}</div>').add_class(
+            ipywidgets.HTMLMath(value=f'<div class="normcore-caption">{caption}</div>').add_class(
                 "normcore-caption-box"
             )
         )

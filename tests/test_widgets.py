@@ -108,7 +108,9 @@ def test_frame_count_nesting_and_links(sizes):
 
     # the widget shows controls, the outer Stack and the caption
     assert w.stacks[0][0] in w.children
-    assert any(isinstance(c, ipywidgets.HTML) and "what to look for" in c.value for c in w.children)
+    captions = [c for c in w.children if isinstance(c, ipywidgets.HTMLMath)]
+    assert len(captions) == 1 and "what to look for" in captions[0].value
+    assert w.children[-1] is captions[0]
 
 
 def test_every_grid_point_reaches_its_own_frame():

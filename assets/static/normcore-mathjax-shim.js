@@ -13,6 +13,22 @@
   if (!mj || mj.Hub) {
     return;
   }
+  // The widget views typeset their content before it is attached to the page; MathJax 3
+  // finds no math in a detached node, so wait (a few seconds at most) until it is attached.
+  function attached(el) {
+    return new Promise(function (resolve) {
+      var frames = 0;
+      (function check() {
+        if (el.isConnected || frames++ > 600) {
+          resolve();
+        } else {
+          requestAnimationFrame(check);
+        }
+      })();
+    });
+  }
+  // One typeset at a time, after MathJax's own first pass over the page.
+  var queue = (mj.startup && mj.startup.promise) || Promise.resolve();
   mj.Hub = {
     Queue: function () {
       var elements = [];
@@ -22,10 +38,15 @@
           elements.push(job[2]);
         }
       }
-      var ready = (mj.startup && mj.startup.promise) || Promise.resolve();
-      ready
+      if (!elements.length) {
+        return;
+      }
+      queue = queue
         .then(function () {
-          return window.MathJax.typesetPromise(elements.length ? elements : undefined);
+          return Promise.all(elements.map(attached));
+        })
+        .then(function () {
+          return window.MathJax.typesetPromise(elements.filter(function (el) { return el.isConnected; }));
         })
         .catch(function (err) {
           console.error("normcore: MathJax could not typeset a widget", err);

@@ -1,0 +1,320 @@
+"""Browser tests of the built book.
+
+`make test` builds the book (`jupyter-book build --all -W -n --keep-going .`) right before it
+runs these, so they never see a stale build; they fail if _build/html is missing or older
+than its sources. The site is served on 127.0.0.1 at a free port, in a thread, and opened in
+Debian's headless Chromium (/usr/bin/chromium) through Playwright. For every page of the
+table of contents they assert:
+
+- no failed request (network error or HTTP >= 400) and no request to any other host;
+- no console error and no page error;
+- every .math element typeset by MathJax (an mjx-container, no raw TeX, no MathJax error);
+- every <img> loaded; the favicon is served;
+- every widget rendered (each widget-view script replaced by a widget; no "Error displaying
+  widget"; no raw model JSON on the page), and moving every control of every widget through
+  all its values changes the visible frame each time;
+- the page's own weight (HTML with embedded widget state, plus its images) within 3 MB.
+
+A full-page screenshot of each page goes to _build/screenshots/ (look at them).
+
+A small demo book, built from the same _config.yml into a temporary directory, holds
+widgets of every kind static_widget makes (so the widget machinery is tested even while no
+chapter has a widget yet), and two deliberately broken pages that the checks must catch.
+
+When /usr/bin/chromium is missing these tests skip, except under CI (CI=true), where they
+fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+sys.path.insert(0, str(ROOT / "tools"))
+
+import sitecheck  # noqa: E402
+import strip_notebook  # noqa: E402
+
+PAGES = sitecheck.toc_pages(ROOT / "_toc.yml")
+
+
+# --- notebook hygiene (no browser, no build) --------------------------------------------------
+
+
+def test_committed_notebooks_are_stripped():
+    """Chapters are committed with text outputs only (`make notebooks` strips them)."""
+    notebooks = sorted((ROOT / "chapters").glob("*.ipynb"))
+    assert notebooks, "no chapter notebooks found"
+    assert strip_notebook.main(["--check", *map(str, notebooks)]) == 0, (
+        "some chapter notebooks carry images or widget state: run `make notebooks`"
+    )
+
+
+def test_every_toc_file_exists():
+    missing = [p for p in PAGES if not any((ROOT / p).with_suffix(s).is_file() for s in (".md", ".ipynb"))]
+    assert not missing, f"_toc.yml lists files that do not exist: {missing}"
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+def _require_chromium() -> None:
+    if Path(sitecheck.CHROMIUM).exists():
+        return
+    msg = f"{sitecheck.CHROMIUM} is missing; install Debian's `chromium` package"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(msg + " (CI must run the browser tests, see .ci/run)")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = sitecheck.launch(p)
+        yield b
+        b.close()
+
+
+def _sources_for_freshness() -> list[Path]:
+    files = [ROOT / "_config.yml", ROOT / "_toc.yml", ROOT / "assets" / "references.bib"]
+    files += sorted((ROOT / "chapters").glob("*.md")) + sorted((ROOT / "chapters").glob("*.ipynb"))
+    files += sorted((ROOT / "normcore").rglob("*.py"))
+    files += sorted((ROOT / "assets" / "static").glob("*"))
+    return [f for f in files if f.is_file()]
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not (HTML / "index.html").is_file():
+        pytest.fail(f"{HTML} has no built book: run `make book` (or `make test`, which builds it)")
+    missing = [p for p in PAGES if not (HTML / p).is_file()]
+    assert not missing, f"pages of _toc.yml missing from {HTML}: {missing} (rebuild the book)"
+    built = min((HTML / p).stat().st_mtime for p in PAGES)
+    newer = [str(f.relative_to(ROOT)) for f in _sources_for_freshness() if f.stat().st_mtime > built]
+    assert not newer, f"the build in {HTML} is older than {newer}: rebuild it (`make book`)"
+    with sitecheck.LocalServer(HTML) as server:
+        yield server
+
+
+def _problems(report: sitecheck.PageReport) -> list[str]:
+    """Everything wrong with a page, as readable lines (empty: the page is clean)."""
+    out = []
+    out += [f"failed request: {x}" for x in report.failed]
+    out += [f"request outside the site: {x}" for x in report.external]
+    out += [f"console error: {x}" for x in report.console_errors]
+    out += [f"page error: {x}" for x in report.page_errors]
+    m = report.math
+    out += [f"math not typeset: {x!r}" for x in m.get("untypeset", [])]
+    out += [f"MathJax error: {x!r}" for x in m.get("errors", [])]
+    out += [f"image did not load: {x}" for x in report.broken_images]
+    fav = report.favicon
+    if fav.get("status") != 200 or not str(fav.get("type", "")).startswith("image/"):
+        out.append(f"favicon not served: {fav}")
+    w = report.widgets
+    if w.get("unrendered"):
+        out.append(f"widgets not rendered (view #): {w['unrendered']} of {w['views']}")
+    if w.get("error_text"):
+        out.append("the page shows a widget error message")
+    if w.get("raw_json_visible"):
+        out.append("raw widget model JSON is visible on the page")
+    if w.get("views") and (w.get("roots") != w.get("views") or not w.get("embed_js") or not w.get("state_scripts")):
+        out.append(f"widget views without a rendered widget, embed.js or widget state: {w}")
+    if w.get("views", 0) == 0 and w.get("embed_js"):
+        out.append("embed.js (1.9 MB) is loaded by a page without widgets")
+    out += report.problems
+    return out
+
+
+def _check_page(browser, server, rel: str, shots: Path) -> sitecheck.PageReport:
+    context, page, report = sitecheck.open_page(browser, server, rel)
+    try:
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / (rel.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
+        sitecheck.exercise_widgets(page, report, shots / "widgets")
+        page.wait_for_timeout(200)  # errors raised by the last move
+    finally:
+        context.close()
+    return report
+
+
+# --- the book --------------------------------------------------------------------------------------
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("rel", PAGES)
+def test_page(site, browser, rel):
+    report = _check_page(browser, site, rel, SHOTS)
+    problems = _problems(report)
+    assert not problems, f"{rel}:\n  " + "\n  ".join(problems)
+    assert report.requests, "the page made no request at all (not loaded?)"
+    assert all(m["frame_changed"] for m in report.moves)
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_weight(site, rel):
+    w = sitecheck.page_weight(HTML, rel)
+    assert w.own <= sitecheck.PAGE_BUDGET, (
+        f"{rel} weighs {w.own / 1e6:.2f} MB (HTML {w.html} incl. widget state {w.widget_state}, "
+        f"images {w.images}); the budget is 3 MB"
+    )
+
+
+@pytest.mark.site
+def test_site_has_no_cdn_urls_in_scripts_and_styles(site):
+    """Belt and braces for the browser test: no page references a CDN in a <script src> or
+    <link href> (a lazily loaded resource might not be requested during the test)."""
+    import re
+
+    bad = []
+    for rel in PAGES:
+        text = (HTML / rel).read_text(encoding="utf-8")
+        for url in re.findall(r'<(?:script|link)\b[^>]*?(?:src|href)="(https?://[^"]+)"', text):
+            bad.append(f"{rel}: {url}")
+    assert not bad, "\n".join(bad)
+
+
+# --- the demo book: every kind of widget, and pages the checks must reject ------------------------
+
+GOOD_CELLS = [
+    ("markdown", "# Widget demo\n\nInline math $y = \\gamma \\hat{x} + \\beta$ and display math\n\n"
+                 "$$\n\\hat{x}_i = \\frac{x_i - \\mu_i}{\\sqrt{\\sigma_i^2 + \\epsilon}}\n$$"),
+    ("code", textwrap.dedent('''\
+        import matplotlib
+        import matplotlib.pyplot as plt
+        from normcore.widgets import Control, static_widget
+
+        def bars(norm, eps):
+            """An SVG diagram: one bar per norm, its height set by eps."""
+            h = {"batch": 20, "layer": 35, "group": 50}[norm] + 100 * eps
+            return (f'<svg xmlns="http://www.w3.org/2000/svg" width="240" height="90">'
+                    f'<rect x="10" y="{80 - h:.1f}" width="60" height="{h:.1f}" fill="#1f4e79"/>'
+                    f'<text x="90" y="50">{norm}, eps={eps:g}</text></svg>')
+
+        static_widget(bars, {"norm": ["batch", "layer", "group"], "eps": [0.0, 0.1, 0.3]},
+                      caption="The bar grows with \\\\(\\\\epsilon\\\\).")''')),
+    ("code", textwrap.dedent('''\
+        def line(slope):
+            fig, ax = plt.subplots(figsize=(3, 2))
+            ax.plot([0, 1], [0, slope])
+            ax.set_ylim(0, 3)
+            return fig
+
+        static_widget(line, {"slope": [0.5, 1.0, 2.0, 3.0]}, caption="A PNG frame per slope.")''')),
+    ("code", textwrap.dedent('''\
+        static_widget(
+            bars,
+            {"norm": Control([("Batch normalization", "batch"), ("Group normalization", "group")]),
+             "eps": Control([0.0, 0.3], kind="toggle")},
+            caption="A dropdown and toggle buttons.",
+        )''')),
+    ("code", "fig, ax = plt.subplots(figsize=(3, 2)); ax.plot([1, 3, 2]); plt.show()"),
+]
+
+FROZEN_CELLS = [
+    ("markdown", "# A frozen widget\n\nA Stack whose control is not linked to it: it cannot move."),
+    ("code", textwrap.dedent('''\
+        import ipywidgets as W
+        frames = [W.HTML(f"<b>frame {i}</b>") for i in range(3)]
+        W.VBox([W.Dropdown(options=["a", "b", "c"]), W.Stack(frames, selected_index=0)])''')),
+]
+
+BAD_MD = textwrap.dedent("""\
+    # A broken page
+
+    Broken math: $\\undefinedmacro{x}$.
+
+    <img src="missing.png" alt="missing image">
+
+    <img src="http://127.0.0.2:9/outside.png" alt="an image from another host">
+
+    <script>console.error("a deliberate console error");</script>
+""")
+
+
+def _notebook(cells) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    for kind, src in cells:
+        nb.cells.append(nbformat.v4.new_markdown_cell(src) if kind == "markdown" else nbformat.v4.new_code_cell(src))
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    return nb
+
+
+@pytest.fixture(scope="module")
+def demo_site(tmp_path_factory):
+    vendor = ROOT / "assets" / "_vendor"
+    if not (vendor / "html-manager" / "embed.js").is_file():
+        pytest.fail("assets/_vendor is missing: run `make vendor` (npm ci + tools/vendor_frontend.py)")
+    src = tmp_path_factory.mktemp("demo-book")
+    shutil.copy(ROOT / "_config.yml", src / "_config.yml")
+    (src / "assets").mkdir()
+    for name in ("references.bib", "logo.svg", "favicon.png"):
+        shutil.copy(ROOT / "assets" / name, src / "assets" / name)
+    shutil.copytree(ROOT / "assets" / "static", src / "assets" / "static")
+    shutil.copytree(vendor, src / "assets" / "_vendor")
+    (src / "_toc.yml").write_text(
+        "format: jb-book\nroot: good\nchapters:\n  - file: frozen\n  - file: bad\n", encoding="utf-8"
+    )
+    nbformat.write(_notebook(GOOD_CELLS), src / "good.ipynb")
+    nbformat.write(_notebook(FROZEN_CELLS), src / "frozen.ipynb")
+    (src / "bad.md").write_text(BAD_MD, encoding="utf-8")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run(
+        [str(jb), "build", "--all", "-W", "-n", "--keep-going", str(src)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, f"demo book build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    with sitecheck.LocalServer(src / "_build" / "html") as server:
+        yield server
+
+
+@pytest.mark.site
+def test_demo_widgets_render_and_move(demo_site, browser):
+    report = _check_page(browser, demo_site, "good.html", SHOTS / "demo")
+    problems = _problems(report)
+    assert not problems, "good.html:\n  " + "\n  ".join(problems)
+    assert report.widgets["views"] == 3 and report.widgets["roots"] == 3
+    assert report.widgets["embed_js"] == 1
+    assert report.math["total"] >= 2 and report.math["containers"] >= 3  # + the caption's math
+    # widget 0: toggle 3 values (2 moves) + slider 3 values from 0 (up 2, down 2);
+    # widget 1: slider 4 values (up 3, down 3); widget 2: dropdown 2 values (1) + toggle 2 (1)
+    per_widget = [sum(1 for m in report.moves if m["widget"] == w) for w in range(3)]
+    assert per_widget == [2 + 4, 6, 2], report.moves
+    assert all(m["frame_changed"] and m["pixels_changed"] for m in report.moves)
+    kinds = {m["kind"] for m in report.moves}
+    assert kinds == {"toggle", "slider", "select"}
+    # no request for the widget manager's CDN or require.js
+    assert not any("require" in r or "jsdelivr" in r or "unpkg" in r for r in report.requests)
+
+
+@pytest.mark.site
+def test_checks_catch_a_frozen_widget(demo_site, browser):
+    report = _check_page(browser, demo_site, "frozen.html", SHOTS / "demo")
+    assert report.widgets["roots"] == 1
+    assert report.moves and not any(m["frame_changed"] for m in report.moves)
+    assert any("did not change" in p for p in _problems(report))
+
+
+@pytest.mark.site
+def test_checks_catch_a_broken_page(demo_site, browser):
+    report = _check_page(browser, demo_site, "bad.html", SHOTS / "demo")
+    problems = "\n".join(_problems(report))
+    assert "missing.png" in problems and "HTTP 404" in problems
+    assert "request outside the site: http://127.0.0.2:9/outside.png" in problems
+    assert "a deliberate console error" in problems
+    assert "MathJax error" in problems and "undefinedmacro" in problems
+    assert "image did not load: missing.png" in problems
+    assert report.widgets["embed_js"] == 0  # no widgets, no 1.9 MB widget manager

@@ -1,0 +1,413 @@
+"""Serve a built book on 127.0.0.1 and inspect its pages in headless Chromium.
+
+Shared by tests/test_site.py (which asserts on the reports) and benchmarks/site.py (which
+prints weights and load times). Nothing here asserts; every function reports what it saw.
+
+The browser is Debian's /usr/bin/chromium driven by Playwright (no downloaded browser).
+Every request to a host other than the local server is aborted before it leaves the browser
+and recorded as external.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1280, "height": 900}
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+PAGE_BUDGET = 3 * 1024 * 1024  # bytes of a page's own weight
+
+
+# --- the table of contents -----------------------------------------------------------------
+
+
+def toc_pages(toc_file: Path) -> list[str]:
+    """HTML paths (relative to the site root) of every file in a jb-book _toc.yml, in order."""
+    toc = yaml.safe_load(Path(toc_file).read_text(encoding="utf-8"))
+    files = [toc["root"]]
+
+    def visit(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            visit(entry.get("sections"))
+            visit(entry.get("chapters"))
+
+    for part in toc.get("parts", []):
+        visit(part.get("chapters"))
+    visit(toc.get("chapters"))
+    return [re.sub(r"\.(md|ipynb|rst)$", "", f) + ".html" for f in files]
+
+
+# --- the local server ------------------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+class LocalServer:
+    """`with LocalServer(root) as srv:` serves `root` on 127.0.0.1 at a free port, in a thread."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        handler = functools.partial(_QuietHandler, directory=str(self.root))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.httpd.server_address[1]
+        self.origin = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "LocalServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+    def url(self, rel: str) -> str:
+        return f"{self.origin}/{rel}"
+
+
+def launch(playwright):
+    """Headless Debian Chromium (raises if /usr/bin/chromium is missing)."""
+    if not Path(CHROMIUM).exists():
+        raise FileNotFoundError(f"{CHROMIUM} is missing (Debian package `chromium`)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+# --- one page ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PageReport:
+    rel: str
+    requests: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # network failures and HTTP >= 400
+    external: list[str] = field(default_factory=list)  # any host but the local server
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    load_ms: float = float("nan")
+    math: dict = field(default_factory=dict)
+    broken_images: list[str] = field(default_factory=list)
+    widgets: dict = field(default_factory=dict)
+    favicon: dict = field(default_factory=dict)
+    moves: list[dict] = field(default_factory=list)  # one per control move
+    problems: list[str] = field(default_factory=list)  # widget moves that did not change the frame
+
+
+def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300):
+    """Open `rel` in a fresh context; return (context, page, report) once math and widgets
+    have had their chance to render. The caller closes the context."""
+    report = PageReport(rel)
+    context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+    page = context.new_page()
+    local = urlsplit(server.origin).netloc
+
+    def is_local(url: str) -> bool:
+        parts = urlsplit(url)
+        return parts.scheme in ("data", "blob", "about") or (
+            parts.scheme in ("http", "https") and parts.netloc == local
+        )
+
+    def route(r):
+        if is_local(r.request.url):
+            r.continue_()
+        else:
+            report.external.append(r.request.url)
+            r.abort("blockedbyclient")
+
+    context.route("**/*", route)
+    page.on("request", lambda r: report.requests.append(r.url))
+    page.on(
+        "requestfailed",
+        lambda r: report.failed.append(f"{r.url} ({r.failure})") if is_local(r.url) else None,
+    )
+    page.on("response", lambda r: report.failed.append(f"{r.url} (HTTP {r.status})") if r.status >= 400 else None)
+    page.on("console", lambda m: report.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: report.page_errors.append(str(e)))
+
+    page.goto(server.url(rel), wait_until="load", timeout=60_000)
+    report.load_ms = page.evaluate(
+        "() => { const n = performance.getEntriesByType('navigation')[0];"
+        " return n ? n.loadEventEnd - n.startTime : NaN; }"
+    )
+    _wait_for_math(page)
+    _wait_for_widgets(page)
+    page.wait_for_timeout(settle_ms)
+    report.math = inspect_math(page)
+    report.broken_images = inspect_images(page)
+    report.widgets = inspect_widgets(page)
+    report.favicon = inspect_favicon(page)
+    return context, page, report
+
+
+def _wait_for_math(page) -> None:
+    page.evaluate(
+        """async () => {
+            if (!document.querySelector('.math')) return;
+            const t0 = Date.now();
+            while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
+                if (Date.now() - t0 > 15000) return;  // reported as untypeset math
+                await new Promise(r => setTimeout(r, 50));
+            }
+            await MathJax.startup.promise;
+        }"""
+    )
+
+
+_WIDGETS_RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'))
+    .every(s => s.previousElementSibling
+                && s.previousElementSibling.classList.contains('widget-subarea')
+                && s.previousElementSibling.querySelector('.jupyter-widgets'))"""
+
+
+def _wait_for_widgets(page, timeout_ms: int = 20_000) -> None:
+    try:
+        page.wait_for_function(_WIDGETS_RENDERED_JS, timeout=timeout_ms)
+    except Exception:  # noqa: BLE001 - reported by inspect_widgets
+        pass
+
+
+def inspect_math(page) -> dict:
+    """Every .math element typeset by MathJax: no raw TeX delimiters left, an mjx-container
+    inside, no MathJax error nodes."""
+    return page.evaluate(
+        r"""() => {
+            const els = Array.from(document.querySelectorAll('.math'));
+            const untypeset = [], errors = [];
+            for (const el of els) {
+                const raw = Array.from(el.childNodes)
+                    .filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.textContent).join('');
+                if (!el.querySelector('mjx-container') || /\\\(|\\\[|\$\$/.test(raw))
+                    untypeset.push(el.textContent.slice(0, 80));
+            }
+            for (const e of document.querySelectorAll('mjx-merror, [data-mjx-error]'))
+                errors.push((e.getAttribute('data-mjx-error') || e.textContent).slice(0, 120));
+            return {total: els.length, untypeset, errors,
+                    containers: document.querySelectorAll('mjx-container').length};
+        }"""
+    )
+
+
+def inspect_images(page) -> list[str]:
+    """src of every <img> that did not load (naturalWidth 0)."""
+    return page.evaluate(
+        """async () => {
+            const imgs = Array.from(document.images);
+            for (const img of imgs) { img.loading = 'eager'; }
+            await Promise.all(imgs.map(img => img.complete ? null :
+                new Promise(r => { img.onload = img.onerror = r; setTimeout(r, 5000); })));
+            return imgs.filter(img => !(img.complete && img.naturalWidth > 0))
+                       .map(img => img.getAttribute('src'));
+        }"""
+    )
+
+
+def inspect_favicon(page) -> dict:
+    return page.evaluate(
+        """async () => {
+            const link = document.querySelector('link[rel~="icon"]');
+            if (!link) return {href: null, status: null, type: null};
+            const r = await fetch(link.href);
+            return {href: link.getAttribute('href'), status: r.status,
+                    type: r.headers.get('content-type')};
+        }"""
+    )
+
+
+def inspect_widgets(page) -> dict:
+    return page.evaluate(
+        f"""() => {{
+            const views = Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
+            const unrendered = [];
+            views.forEach((s, i) => {{
+                const prev = s.previousElementSibling;
+                if (!(prev && prev.classList.contains('widget-subarea') && prev.querySelector('.jupyter-widgets')))
+                    unrendered.push(i);
+            }});
+            const text = document.body.innerText;
+            return {{
+                views: views.length,
+                state_scripts: document.querySelectorAll('script[type="{WIDGET_STATE}"]').length,
+                embed_js: Array.from(document.scripts).filter(s => /html-manager\\/embed\\.js/.test(s.src)).length,
+                unrendered,
+                error_text: /Error displaying widget|Error rendering|model not found/i.test(text),
+                raw_json_visible: /"model_id"|"version_major"|widget-view\\+json|IPY_MODEL_/.test(text),
+                roots: document.querySelectorAll('.widget-subarea > .jupyter-widgets').length,
+            }};
+        }}"""
+    )
+
+
+# --- moving every control of every widget -------------------------------------------------------
+
+_SIGNATURE_JS = """async (root) => {
+    const visible = e => !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length);
+    const parts = [];
+    for (const e of root.querySelectorAll('.widget-html-content')) {
+        if (visible(e)) parts.push('html:' + e.innerHTML);
+    }
+    for (const img of root.querySelectorAll('img')) {
+        if (!visible(img)) continue;
+        try {
+            const buf = await (await fetch(img.src)).arrayBuffer();
+            const d = await crypto.subtle.digest('SHA-256', buf);
+            parts.push('img:' + Array.from(new Uint8Array(d)).map(b => b.toString(16).padStart(2, '0')).join(''));
+        } catch (err) { parts.push('img-unreadable:' + img.src); }
+    }
+    return parts.join('\\n');
+}"""
+
+_CONTROLS_JS = """(root) => {
+    const found = Array.from(root.querySelectorAll('select, .widget-toggle-buttons, .noUi-handle'));
+    return found.map((el, i) => {
+        el.setAttribute('data-nc-ctl', String(i));
+        if (el.tagName === 'SELECT')
+            return {kind: 'select', n: el.options.length, index: el.selectedIndex};
+        if (el.classList.contains('widget-toggle-buttons')) {
+            const b = Array.from(el.querySelectorAll('button'));
+            return {kind: 'toggle', n: b.length, index: b.findIndex(x => x.classList.contains('mod-active'))};
+        }
+        const max = Math.round(parseFloat(el.getAttribute('aria-valuemax')));
+        const min = Math.round(parseFloat(el.getAttribute('aria-valuemin')));
+        const now = Math.round(parseFloat(el.getAttribute('aria-valuenow')));
+        return {kind: 'slider', n: max - min + 1, index: now - min};
+    });
+}"""
+
+
+def _frames_shot(root) -> bytes | None:
+    frames = root.locator(".normcore-frames").first
+    if frames.count() == 0:
+        return None
+    return frames.screenshot()
+
+
+def _wait_change(page, root, before: str, timeout_s: float = 5.0) -> str:
+    t0 = time.monotonic()
+    sig = before
+    while time.monotonic() - t0 < timeout_s:
+        sig = root.evaluate(_SIGNATURE_JS)
+        if sig != before:
+            page.wait_for_timeout(100)  # let the new frame finish rendering
+            return root.evaluate(_SIGNATURE_JS)
+        page.wait_for_timeout(50)
+    return sig
+
+
+def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) -> None:
+    """Move every control of every rendered widget through all its values; after each move
+    the visible frame (HTML content and image pixels, and a screenshot of the frame area
+    for static_widget widgets) must differ from before. Appends to report.moves/problems."""
+    roots = page.locator(".widget-subarea > .jupyter-widgets")
+    for w in range(roots.count()):
+        root = roots.nth(w)
+        root.scroll_into_view_if_needed()
+        controls = root.evaluate(_CONTROLS_JS)
+        for c, info in enumerate(controls):
+            ctl = root.locator(f'[data-nc-ctl="{c}"]')
+            order = [i for i in range(info["n"]) if i != info["index"]]
+            if info["kind"] == "slider":
+                # the keyboard moves a slider one step: sweep up to the end, then down to 0
+                i, n = info["index"], info["n"]
+                up = list(range(i + 1, n))
+                order = up + list(range((n - 2) if up else (i - 1), -1, -1))
+            current = info["index"]
+            for target in order:
+                before = root.evaluate(_SIGNATURE_JS)
+                shot_before = _frames_shot(root)
+                if info["kind"] == "select":
+                    ctl.select_option(index=target)
+                elif info["kind"] == "toggle":
+                    ctl.locator("button").nth(target).click()
+                else:
+                    ctl.focus()
+                    ctl.press("ArrowRight" if target > current else "ArrowLeft")
+                after = _wait_change(page, root, before)
+                shot_after = _frames_shot(root)
+                move = {
+                    "widget": w, "control": c, "kind": info["kind"], "from": current, "to": target,
+                    "frame_changed": after != before,
+                    "pixels_changed": None if shot_before is None else shot_before != shot_after,
+                }
+                report.moves.append(move)
+                if not move["frame_changed"] or move["pixels_changed"] is False:
+                    report.problems.append(
+                        f"{report.rel}: widget {w}, control {c} ({info['kind']}) {current}->{target}: "
+                        "the visible frame did not change"
+                    )
+                if shots_dir is not None and shot_after is not None:
+                    shots_dir.mkdir(parents=True, exist_ok=True)
+                    name = f"{Path(report.rel).with_suffix('').as_posix().replace('/', '__')}__w{w}c{c}v{target}.png"
+                    (shots_dir / name).write_bytes(shot_after)
+                current = target
+
+
+# --- weight -------------------------------------------------------------------------------------------
+
+
+_IMG_SRC = re.compile(r"""<img\b[^>]*?\bsrc=["']([^"']+)["']""", re.I)
+_STATE = re.compile(r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.S)
+
+
+@dataclass
+class PageWeight:
+    rel: str
+    html: int
+    images: int
+    widget_state: int  # part of `html`
+    embed_js: bool
+
+    @property
+    def own(self) -> int:
+        return self.html + self.images
+
+
+def page_weight(html_dir: Path, rel: str) -> PageWeight:
+    """A page's own weight: its HTML (which holds the embedded widget state) plus the images
+    it references outside _static/ (shared by every page, counted separately)."""
+    path = Path(html_dir) / rel
+    text = path.read_text(encoding="utf-8")
+    images = 0
+    seen = set()
+    for src in _IMG_SRC.findall(text):
+        if src.startswith(("data:", "http:", "https:")) or "_static/" in src:
+            continue
+        f = (path.parent / src.split("?")[0].split("#")[0]).resolve()
+        if f not in seen and f.is_file():
+            seen.add(f)
+            images += f.stat().st_size
+    state = sum(len(m.encode("utf-8")) for m in _STATE.findall(text))
+    return PageWeight(rel, len(text.encode("utf-8")), images, state, "html-manager/embed.js" in text)
+
+
+def dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
