@@ -1,0 +1,123 @@
+"""Measure the built book: page weights against the 3 MB budget, the shared _static/ weight,
+where the widget manager (embed.js) is loaded, and load times in headless Chromium.
+
+    .venv/bin/python benchmarks/site.py                 # measure _build/html as it is
+    .venv/bin/python benchmarks/site.py --clean-build   # first time a clean build:
+                                                        #   rm -rf _build && jupyter-book build ...
+    .venv/bin/python benchmarks/site.py --runs 5        # load each page 5 times (median)
+
+A page's own weight is its HTML (holding the embedded widget state) plus the images it
+references outside _static/. _static/ is shared by all pages and cached by the browser after
+the first; "loaded" is what the browser actually fetched for the page (decoded bytes,
+everything included, cold cache). Load time is navigation start to the end of the load event,
+cold cache, from a server on 127.0.0.1. Prints; asserts nothing (the budget is asserted by
+tests/test_site.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import sitecheck  # noqa: E402
+
+MB = 1024 * 1024
+
+
+def clean_build() -> float:
+    jb = Path(sys.executable).with_name("jupyter-book")
+    shutil.rmtree(ROOT / "_build", ignore_errors=True)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [str(jb), "build", "--all", "-W", "-n", "--keep-going", "."],
+        cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - t0
+
+
+def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
+    from playwright.sync_api import sync_playwright
+
+    out: dict[str, dict] = {}
+    with sitecheck.LocalServer(html) as server, sync_playwright() as p:
+        browser = sitecheck.launch(p)
+        try:
+            for rel in pages:
+                times, loaded, nreq = [], 0, 0
+                for _ in range(runs):
+                    context = browser.new_context(viewport=sitecheck.VIEWPORT)
+                    page = context.new_page()
+                    page.goto(server.url(rel), wait_until="load")
+                    t = page.evaluate(
+                        """() => {
+                            const n = performance.getEntriesByType('navigation')[0];
+                            const r = performance.getEntriesByType('resource');
+                            return {load: n.loadEventEnd - n.startTime,
+                                    bytes: n.decodedBodySize + r.reduce((s, e) => s + e.decodedBodySize, 0),
+                                    requests: 1 + r.length};
+                        }"""
+                    )
+                    times.append(t["load"])
+                    loaded, nreq = t["bytes"], t["requests"]
+                    context.close()
+                out[rel] = {"load_ms": statistics.median(times), "loaded": loaded, "requests": nreq}
+        finally:
+            browser.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--html", type=Path, default=ROOT / "_build" / "html")
+    ap.add_argument("--clean-build", action="store_true", help="time `rm -rf _build && jupyter-book build --all -W -n --keep-going .` first")
+    ap.add_argument("--runs", type=int, default=3, help="page loads per page (median reported)")
+    args = ap.parse_args()
+
+    if args.clean_build:
+        secs = clean_build()
+        print(f"clean build (rm -rf _build && jupyter-book build --all -W -n --keep-going .): {secs:.1f} s\n")
+
+    html = args.html
+    if not (html / "index.html").is_file():
+        sys.exit(f"{html} has no built book: run `make book` first")
+    pages = sitecheck.toc_pages(ROOT / "_toc.yml")
+    weights = [sitecheck.page_weight(html, rel) for rel in pages]
+    loads = measure_loads(html, pages, args.runs) if Path(sitecheck.CHROMIUM).exists() else {}
+
+    static = html / "_static"
+    embed = static / "html-manager" / "embed.js"
+    mathjax = static / "mathjax"
+    print(f"{'page':40s} {'own MB':>7s} {'budget':>7s} {'html':>9s} {'w-state':>9s} {'images':>9s} "
+          f"{'embed.js':>8s} {'loaded MB':>9s} {'reqs':>5s} {'load ms':>8s}")
+    for w in weights:
+        ld = loads.get(w.rel, {})
+        print(
+            f"{w.rel:40s} {w.own / MB:7.3f} {w.own / sitecheck.PAGE_BUDGET:6.1%} {w.html:9d} "
+            f"{w.widget_state:9d} {w.images:9d} {'yes' if w.embed_js else 'no':>8s} "
+            f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} {ld.get('load_ms', float('nan')):8.0f}"
+        )
+    print()
+    print(f"shared _static/: {sitecheck.dir_size(static) / MB:.2f} MB on disk "
+          f"(mathjax/ {sitecheck.dir_size(mathjax) / MB:.2f} MB, loaded lazily in part; "
+          f"html-manager/ {sitecheck.dir_size(static / 'html-manager') / MB:.2f} MB)")
+    if embed.is_file():
+        on = [w.rel for w in weights if w.embed_js]
+        print(f"embed.js: {embed.stat().st_size / MB:.2f} MB, loaded on {len(on)} of {len(weights)} pages: "
+              f"{', '.join(on) if on else '(none: no page has widgets yet)'}")
+    heaviest = max(weights, key=lambda w: w.own)
+    print(f"heaviest page: {heaviest.rel}, {heaviest.own / MB:.3f} MB = "
+          f"{heaviest.own / sitecheck.PAGE_BUDGET:.1%} of the 3 MB budget")
+    if not loads:
+        print(f"(load times not measured: {sitecheck.CHROMIUM} is missing)")
+
+
+if __name__ == "__main__":
+    main()
