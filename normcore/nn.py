@@ -24,7 +24,7 @@ from . import stats
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "InstanceNorm1d",
-    "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d",
+    "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
 ]
 
 
@@ -371,3 +371,6 @@ class WSConv2d(torch.nn.Conv2d):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", convention={self.convention!r}, ws_eps={self.ws_eps}"
+
+
+from .distributed import SyncBatchNorm  # noqa: E402
