@@ -6,7 +6,7 @@ Modules: :mod:`~normcore.axes` (which elements share statistics), :mod:`~normcor
 :mod:`~normcore.fold` (folding BN into the layer before it), :mod:`~normcore.exercises`
 (checkers that name misconceptions), :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
 """
-from . import axes, functional, stats
+from . import axes, functional, stats, nn, fold  # noqa: E402  (nn loads distributed)
 
 __version__ = "0.1.0"
-__all__ = ["axes", "functional", "stats"]
+__all__ = ["axes", "functional", "stats", "nn", "fold"]
