@@ -3,9 +3,10 @@ Standardization as ``torch.autograd.Function``.
 
 Autograd can differentiate :func:`normcore.functional.normalize` by itself, through half a
 dozen small ops, each storing its own intermediate.  Here the chain rule is done once by hand
-and simplified, which gives a backward pass of two reductions and one fused expression.  The
-derivation is the same for all four norms, because they differ only in the set :math:`S_i`
-of elements that share statistics (:mod:`normcore.axes`).
+and simplified, which gives a backward pass of two reductions and one expression for
+:math:`\partial L/\partial x` (two fused multiply-adds).  The derivation is the same for all
+four norms, because they differ only in the set :math:`S_i` of elements that share
+statistics (:mod:`normcore.axes`).
 
 Forward: the computational graph
 --------------------------------
@@ -26,8 +27,8 @@ Backward: walk the graph from (5) to (1)
 Write :math:`g_i = \partial L/\partial y_i` (the incoming gradient).
 
 (5) :math:`\gamma` and :math:`\beta` are shared by every element they multiply, so their
-gradients sum over all of those elements (over the batch for LN, over the batch and the
-positions for BN, IN and GN), and the gradient reaching :math:`\hat x` is scaled by
+gradients sum over all of those elements (over the leading dims for LN, over the batch and
+the positions for BN, IN and GN), and the gradient reaching :math:`\hat x` is scaled by
 :math:`\gamma`:
 
 .. math::
@@ -74,7 +75,8 @@ and since :math:`(x_i-\mu)\,r = \hat x_i`, the simplified gradient is
 It needs only :math:`\hat x` and :math:`r` from the forward pass, and two sums per set.
 It says: the gradient of a normalized layer is the incoming gradient with its mean and its
 component along :math:`\hat x` projected out (then scaled by :math:`r`), because shifting
-all of a set's inputs, or scaling them about their mean, does not change :math:`\hat x`.
+all of a set's inputs, or scaling them about their mean, does not change :math:`\hat x`
+(up to :math:`\epsilon`).
 
 Where gamma lives: the view
 ---------------------------
@@ -143,6 +145,7 @@ depends on :math:`x`, so a second derivative through them would be wrong, and is
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -171,6 +174,18 @@ def _sum(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return t.sum(dims, keepdim=True) if dims else t
 
 
+def _sum_prod(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """``(a * b).sum(dims, keepdim=True)``.  When ``dims`` are the trailing dims (IN, GN,
+    WS) it is a batch of dot products, one ``torch.bmm`` that never forms ``a * b``."""
+    nd, k = a.dim(), len(dims)
+    if k and tuple(dims) == tuple(range(nd - k, nd)) and a.shape == b.shape:
+        lead = a.shape[:nd - k]
+        dots = torch.bmm(a.reshape(-1, 1, math.prod(a.shape[nd - k:])),
+                         b.reshape(-1, math.prod(b.shape[nd - k:]), 1))
+        return dots.reshape(lead + (1,) * k)
+    return _sum(a * b, dims)
+
+
 def _standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int, eps_mode: str):
     r"""Steps (1)-(4) of the forward graph, by :func:`normcore.functional.normalize` itself:
     returns :math:`\hat x` (in the view, compute dtype), :math:`\mu`, :math:`\sigma^2` and
@@ -188,7 +203,7 @@ def _standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int, eps_
 
 def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
                 scale: torch.Tensor, sum_d: torch.Tensor, sum_dxhat: torch.Tensor,
-                n: int, m) -> torch.Tensor:
+                n: int, m, shape) -> torch.Tensor:
     r"""The boxed formula, as two fused multiply-adds over the full tensor:
 
     .. math::
@@ -205,11 +220,17 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     rather than :math:`d = \gamma g`).  ``m`` is :math:`n` for the biased variance, or
     :math:`(n - c)/\rho` for Weight Standardization.  Everything but ``g`` and ``xhat`` is
     small: one value per set (or per set and channel).
+
+    The result is written through the view into a fresh tensor of the input's ``shape``:
+    autograd would copy a gradient that is a view before storing it in ``x.grad``.
     """
     shift = sum_d * scale * (-1.0 / n)                   # -r * mean_S(d)
     slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
-    out = torch.addcmul(shift, g, g_scale)               # r d - r mean_S(d)
-    return out.addcmul_(xhat, slope)                     #     - r x_hat sum_S(d x_hat) / m
+    out = torch.empty(shape, dtype=g.dtype, device=g.device)
+    view = out.view(g.shape)
+    torch.addcmul(shift, g, g_scale, out=view)           # r d - r mean_S(d)
+    view.addcmul_(xhat, slope)                           #     - r x_hat sum_S(d x_hat) / m
+    return out
 
 
 def _sum_times(a: torch.Tensor, w: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
@@ -261,11 +282,14 @@ class Normalize(torch.autograd.Function):
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(mean, var)
+        ctx.set_materialize_grads(False)     # no zero gradients for mean and var
         return y.to(x.dtype), mean, var
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y, _grad_mean, _grad_var):
+        if grad_y is None:                   # y was not used (only mean / var)
+            return None, None, None, None, None
         xhat, inv_std, weight = ctx.saved_tensors
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -284,7 +308,7 @@ class Normalize(torch.autograd.Function):
         # The only two passes over the whole tensor: sum g and g x_hat over `inner`
         # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
         sum_g = _sum(g, inner) if (need_x or need_b) else None
-        sum_gxhat = _sum(g * xhat, inner) if (need_x or need_w) else None
+        sum_gxhat = _sum_prod(g, xhat, inner) if (need_x or need_w) else None
 
         grad_x = grad_w = grad_b = None
         if need_b:                                    # dL/dbeta  = sum of g      (5)
@@ -297,15 +321,15 @@ class Normalize(torch.autograd.Function):
                 # BN, IN (and no gamma): gamma is constant on S, so it factors out of the
                 # sums:  r (d - sum d / n - x_hat sum d x_hat / n)
                 #      = (gamma r) (g - sum g / n - x_hat sum g x_hat / n)
-                grad_x = _grad_input(g, xhat, g_scale, g_scale, sum_g, sum_gxhat, n, n)
+                grad_x = _grad_input(g, xhat, g_scale, g_scale, sum_g, sum_gxhat, n, n, lay.shape)
             else:
                 # GN, LN: gamma varies inside S; finish the set sums of d = gamma g
                 # (sum_S gamma g, sum_S gamma g x_hat; a contraction with gamma for LN)
                 sum_d = _sum(sum_g, outer) if w is None else _sum_times(sum_g, w, outer)
                 sum_dxhat = (_sum(sum_gxhat, outer) if w is None
                              else _sum_times(sum_gxhat, w, outer))
-                grad_x = _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n)
-            grad_x = grad_x.reshape(lay.shape).to(ctx.x_dtype)
+                grad_x = _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
+            grad_x = grad_x.to(ctx.x_dtype)
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -351,10 +375,11 @@ class WeightStandardize(torch.autograd.Function):
         lay: Layout = ctx.lay
         d = grad_what.reshape(lay.view_shape).to(what.dtype)     # d = dL/dw_hat (no gamma)
         sum_d = d.sum(lay.reduce_dims, keepdim=True)              # sum_S d
-        sum_dwhat = (d * what).sum(lay.reduce_dims, keepdim=True)  # sum_S d w_hat
+        sum_dwhat = _sum_prod(d, what, lay.reduce_dims)          # sum_S d w_hat
         # r (d - sum d / n - w_hat sum d w_hat / m)
-        grad_w = _grad_input(d, what, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m)
-        return grad_w.reshape(lay.shape).to(ctx.dtype), None, None, None
+        grad_w = _grad_input(d, what, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
+                             lay.shape)
+        return grad_w.to(ctx.dtype), None, None, None
 
 
 # ---------------------------------------------------------------------------------------
