@@ -123,6 +123,9 @@ def _problems(report: sitecheck.PageReport) -> list[str]:
     fav = report.favicon
     if fav.get("status") != 200 or not str(fav.get("type", "")).startswith("image/"):
         out.append(f"favicon not served: {fav}")
+    for d in report.downloads:
+        if d["status"] != 200 or not d["bytes"]:
+            out.append(f"download link broken: {d}")
     w = report.widgets
     if w.get("unrendered"):
         out.append(f"widgets not rendered (view #): {w['unrendered']} of {w['views']}")
@@ -161,6 +164,9 @@ def test_page(site, browser, rel):
     assert not problems, f"{rel}:\n  " + "\n  ".join(problems)
     assert report.requests, "the page made no request at all (not loaded?)"
     assert all(m["frame_changed"] for m in report.moves)
+    # a notebook page offers its notebook for download
+    if (ROOT / rel).with_suffix(".ipynb").is_file():
+        assert any(d["href"].endswith(".ipynb") for d in report.downloads), report.downloads
 
 
 @pytest.mark.site

@@ -115,6 +115,7 @@ class PageReport:
     broken_images: list[str] = field(default_factory=list)
     widgets: dict = field(default_factory=dict)
     favicon: dict = field(default_factory=dict)
+    downloads: list[dict] = field(default_factory=list)  # the page's download links (.ipynb, .md)
     moves: list[dict] = field(default_factory=list)  # one per control move
     problems: list[str] = field(default_factory=list)  # widget moves that did not change the frame
 
@@ -162,6 +163,7 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300):
     report.broken_images = inspect_images(page)
     report.widgets = inspect_widgets(page)
     report.favicon = inspect_favicon(page)
+    report.downloads = inspect_downloads(page)
     return context, page, report
 
 
@@ -235,6 +237,22 @@ def inspect_favicon(page) -> dict:
             const r = await fetch(link.href);
             return {href: link.getAttribute('href'), status: r.status,
                     type: r.headers.get('content-type')};
+        }"""
+    )
+
+
+def inspect_downloads(page) -> list[dict]:
+    """The download buttons' links (sphinx-book-theme: the page's source, and the notebook
+    for .ipynb pages), each fetched."""
+    return page.evaluate(
+        """async () => {
+            const links = Array.from(document.querySelectorAll('a[href*="_sources/"]'));
+            const out = [];
+            for (const a of links) {
+                const r = await fetch(a.href);
+                out.push({href: a.getAttribute('href'), status: r.status, bytes: (await r.arrayBuffer()).byteLength});
+            }
+            return out;
         }"""
     )
 
