@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--html", type=Path, default=ROOT / "_build" / "html")
     ap.add_argument("--clean-build", action="store_true", help="time `rm -rf _build && jupyter-book build --all -W -n --keep-going .` first")
     ap.add_argument("--runs", type=int, default=3, help="page loads per page (median reported)")
+    ap.add_argument("--toc", type=Path, default=None, help="the _toc.yml of --html's book (default: the book's own)")
     args = ap.parse_args()
 
     if args.clean_build:
@@ -88,7 +89,7 @@ def main() -> None:
     html = args.html
     if not (html / "index.html").is_file():
         sys.exit(f"{html} has no built book: run `make book` first")
-    pages = sitecheck.toc_pages(ROOT / "_toc.yml")
+    pages = sitecheck.toc_pages(args.toc or ROOT / "_toc.yml")
     weights = [sitecheck.page_weight(html, rel) for rel in pages]
     loads = measure_loads(html, pages, args.runs) if Path(sitecheck.CHROMIUM).exists() else {}
 
