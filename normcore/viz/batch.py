@@ -1,0 +1,315 @@
+r"""Pictures for the BatchNorm chapter.
+
+* :func:`batch_dependence` / :func:`batch_dependence_figure`: one fixed sample, normalized in
+  training mode together with different batch-mates.  Its BatchNorm output moves with the
+  batch-mates (BN's statistics are taken over the batch); its LayerNorm output does not (LN's
+  statistics are taken over the sample's own features).  The frames of the chapter's
+  static-first widget.
+* :func:`graph_figure`: the computational graph of the BN forward pass,
+  :math:`x \to \mu \to \sigma^2 \to r \to \hat x \to y`, the map the backward pass walks.
+* :func:`sigmoid_figure`: where normalized pre-activations land on a sigmoid.
+* :func:`spread_figure`: how the spread of the batch statistics shrinks with the batch size.
+
+Every figure is a plain :class:`matplotlib.figure.Figure` (not registered with pyplot), so a
+notebook cell that returns one shows it exactly once, and
+:func:`normcore.widgets.static_widget` can turn it into a PNG frame.
+
+Which elements share statistics is not restated here: the BatchNorm and LayerNorm outputs
+come from :func:`normcore.functional.batch_norm` and :func:`normcore.functional.layer_norm`,
+which read it from :mod:`normcore.axes`.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple, Sequence
+
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from .. import functional as F
+
+__all__ = [
+    "POPULATION_MEAN", "POPULATION_STD", "SAMPLE_Z", "MAX_BATCH", "NUM_DRAWS",
+    "BatchDependence", "batch_dependence", "batch_dependence_figure",
+    "graph_figure", "sigmoid_figure", "spread_figure",
+]
+
+#: The population the batch-mates come from: feature ``c`` is N(mean[c], std[c]^2).
+#: Deliberately different means and scales, so that normalizing matters.
+POPULATION_MEAN = (2.0, -1.0, 0.5, 4.0, -3.0, 1.0)
+POPULATION_STD = (1.0, 0.5, 2.0, 1.5, 1.0, 3.0)
+#: The fixed sample, in population units: x_0 = mean + std * SAMPLE_Z.  Normalized with the
+#: population statistics (what eval mode approximates) it is SAMPLE_Z itself (up to eps).
+SAMPLE_Z = (1.2, -0.8, 0.3, -1.5, 0.6, 1.6)
+#: Largest batch the widget offers; every draw is a pool of MAX_BATCH - 1 batch-mates and a
+#: batch of size B uses the first B - 1 of them, so a larger batch extends a smaller one.
+MAX_BATCH = 64
+#: Default number of draws of the batch-mates.
+NUM_DRAWS = 5
+
+_BN_COLOR = "#1f77b4"
+_LN_COLOR = "#d62728"
+_POP_COLOR = "#222222"
+
+
+class BatchDependence(NamedTuple):
+    """One frame's numbers.
+
+    ``batch``       ``(B, C)`` float64; row 0 is the fixed sample, rows 1.. its batch-mates
+    ``bn``          ``(C,)`` the sample's BatchNorm output in training mode (batch statistics)
+    ``ln``          ``(C,)`` the sample's LayerNorm output (its own statistics)
+    ``population``  ``(C,)`` the sample normalized with the population mean and variance
+    """
+
+    batch: torch.Tensor
+    bn: torch.Tensor
+    ln: torch.Tensor
+    population: torch.Tensor
+
+
+def _check_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _check_args(batch_size, draw, num_draws) -> tuple[int, int, int]:
+    batch_size = _check_int(batch_size, "batch_size")
+    draw = _check_int(draw, "draw")
+    num_draws = _check_int(num_draws, "num_draws")
+    if not 2 <= batch_size <= MAX_BATCH:
+        raise ValueError(
+            f"batch_size={batch_size} must be between 2 and {MAX_BATCH}: BatchNorm in training "
+            f"mode needs at least 2 values per channel (a batch of 1 has variance 0)")
+    if num_draws < 1:
+        raise ValueError(f"num_draws={num_draws} must be at least 1")
+    if not 0 <= draw < num_draws:
+        raise ValueError(f"draw={draw} must be in range({num_draws})")
+    return batch_size, draw, num_draws
+
+
+def _population() -> tuple[torch.Tensor, torch.Tensor]:
+    dt = torch.float64
+    return torch.tensor(POPULATION_MEAN, dtype=dt), torch.tensor(POPULATION_STD, dtype=dt)
+
+
+def batch_dependence(batch_size: int, draw: int, *, seed: int = 0, num_draws: int = NUM_DRAWS,
+                     eps: float = 1e-5) -> BatchDependence:
+    """The fixed sample normalized with batch-mates number ``draw``, in a batch of ``batch_size``.
+
+    The batch-mates of draw ``d`` are drawn from the population with a generator seeded by
+    ``seed * 1000 + d``; the fixed sample is the same for every draw, batch size and seed.
+    """
+    batch_size, draw, num_draws = _check_args(batch_size, draw, num_draws)
+    seed = _check_int(seed, "seed")
+    mean, std = _population()
+    sample = mean + std * torch.tensor(SAMPLE_Z, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed * 1000 + draw)
+    pool = mean + std * torch.randn(MAX_BATCH - 1, len(mean), generator=gen, dtype=torch.float64)
+    batch = torch.cat([sample[None], pool[: batch_size - 1]])
+    bn = F.batch_norm(batch, None, None, training=True, eps=eps)[0]
+    ln = F.layer_norm(batch, (batch.shape[1],), eps=eps)[0]
+    # eval-mode BN with the exact population statistics (what running stats estimate)
+    population = F.batch_norm(sample[None], mean, std**2, training=False, eps=eps)[0]
+    return BatchDependence(batch, bn, ln, population)
+
+
+def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
+                            num_draws: int = NUM_DRAWS, panel: str = "both",
+                            ylim: float = 3.0, width: float = 7.6) -> Figure:
+    """One frame of the batch-dependence widget.
+
+    ``panel="both"``: left, the sample's BatchNorm output (bars) for this draw, with its
+    outputs under the other draws of the same batch size (grey dots) and its value with the
+    population statistics (black ticks); right, its LayerNorm output.  ``panel="bn"`` or
+    ``"ln"`` draws one side only (the ``"ln"`` figure is the same for every argument).
+    """
+    if panel not in ("both", "bn", "ln"):
+        raise ValueError(f"panel must be 'both', 'bn' or 'ln', got {panel!r}")
+    batch_size, draw, num_draws = _check_args(batch_size, draw, num_draws)
+    frame = batch_dependence(batch_size, draw, seed=seed, num_draws=num_draws)
+    C = frame.bn.numel()
+    xs = torch.arange(C).numpy()
+    labels = [f"c={c}" for c in range(C)]
+
+    panels = ["bn", "ln"] if panel == "both" else [panel]
+    ratios = [1.55, 1.0] if panel == "both" else [1.0]
+    # a fixed layout (not "constrained"): every frame has the same geometry, and drawing
+    # twenty frames is a third faster
+    fig_w = width if panel == "both" else width * 0.55
+    left = 0.62 / fig_w                                      # room for the y label, in inches
+    fig = Figure(figsize=(fig_w, 2.75))
+    axs = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={
+        "width_ratios": ratios, "left": left, "right": 0.99, "bottom": 0.1, "top": 0.9,
+        "wspace": 0.12})[0]
+    for ax, which in zip(axs, panels):
+        ax.axhline(0, color="#999999", lw=0.8)
+        ax.set_ylim(-ylim, ylim)
+        ax.set_xticks(xs, labels, fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xlim(-0.6, C - 0.4)
+        ax.grid(axis="y", color="#e5e5e5", lw=0.6)
+        ax.set_axisbelow(True)
+        if which == "bn":
+            others = torch.stack([batch_dependence(batch_size, d, seed=seed,
+                                                   num_draws=num_draws).bn
+                                  for d in range(num_draws)])
+            ax.bar(xs, frame.bn.clamp(-ylim, ylim).numpy(), width=0.55, color=_BN_COLOR,
+                   label=f"this draw ({draw + 1} of {num_draws})")
+            offs = torch.linspace(-0.18, 0.18, num_draws).numpy() if num_draws > 1 else [0.0]
+            for d in range(num_draws):
+                ax.scatter(xs + offs[d], others[d].clamp(-ylim, ylim).numpy(), s=9,
+                           color="#8c8c8c", zorder=3, linewidths=0,
+                           label="all draws" if d == 0 else None)
+            ax.hlines(frame.population.numpy(), xs - 0.36, xs + 0.36, color=_POP_COLOR, lw=2,
+                      zorder=4, label=r"population $\mu, \sigma$")
+            ax.set_title(f"BatchNorm (train mode), batch of {batch_size}", fontsize=9.5)
+            ax.set_ylabel(r"output for $x_0$", fontsize=8.5)
+            ax.legend(fontsize=7, loc="lower left", ncol=3, frameon=False,
+                      handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
+        else:
+            ax.bar(xs, frame.ln.clamp(-ylim, ylim).numpy(), width=0.55, color=_LN_COLOR)
+            ax.set_title("LayerNorm: same in every frame", fontsize=9.5)
+            if panel == "ln":
+                ax.set_ylabel(r"output for $x_0$", fontsize=8.5)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# the computational graph of the forward pass
+# ---------------------------------------------------------------------------------------
+#: node -> (x, y, half-width, label); the forward pass of one channel, in the chapter's notation
+_NODES = {
+    "x": (0.0, 0.0, 0.35, r"$x_i$"),
+    "mu": (2.1, 0.75, 0.95, r"$\mu=\frac{1}{N}\sum_k x_k$"),
+    "var": (4.3, 1.5, 1.45, r"$\sigma^2=\frac{1}{N}\sum_k (x_k-\mu)^2$"),
+    "r": (7.3, 1.5, 1.1, r"$r=(\sigma^2+\epsilon)^{-1/2}$"),
+    "xhat": (7.3, 0.0, 1.0, r"$\hat x_i=(x_i-\mu)\,r$"),
+    "gb": (9.9, 1.5, 0.55, r"$\gamma,\ \beta$"),
+    "y": (9.9, 0.0, 0.95, r"$y_i=\gamma\hat x_i+\beta$"),
+    "L": (11.8, 0.0, 0.3, r"$L$"),
+}
+_HALF_HEIGHT = 0.27
+#: (from, to, curvature)
+_EDGES = [
+    ("x", "mu", 0.0), ("x", "var", -0.35), ("mu", "var", 0.0), ("var", "r", 0.0),
+    ("x", "xhat", 0.0), ("mu", "xhat", 0.0), ("r", "xhat", 0.0), ("xhat", "y", 0.0),
+    ("gb", "y", 0.0), ("y", "L", 0.0),
+]
+
+
+def _anchor(node: str, toward: str) -> tuple[float, float]:
+    """Where the segment from ``node``'s centre toward ``toward``'s centre leaves its box."""
+    x0, y0, w, _ = _NODES[node]
+    x1, y1 = _NODES[toward][:2]
+    dx, dy = x1 - x0, y1 - y0
+    t = min(w / abs(dx) if dx else float("inf"), _HALF_HEIGHT / abs(dy) if dy else float("inf"))
+    return x0 + t * dx, y0 + t * dy
+
+
+def graph_figure(width: float = 8.0) -> Figure:
+    r"""The forward graph of BatchNorm for one channel of :math:`N` values.
+
+    Each node is one step of the forward pass; an arrow means "is computed from".  The
+    backward pass visits the nodes from right to left; a node with several outgoing arrows
+    (:math:`x_i`, :math:`\mu`) collects one gradient term per arrow.
+    """
+    fig = Figure(figsize=(width, width * 0.3))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(-0.55, 12.3)
+    ax.set_ylim(-0.75, 1.95)
+    ax.axis("off")
+    for key, (x, y, w, label) in _NODES.items():
+        fc, ec = (("#fff4e0", "#c98a1b") if key == "gb" else
+                  ("#eeeeee", "#777777") if key == "L" else ("#e8f0fb", "#4a78b5"))
+        ax.add_patch(FancyBboxPatch((x - w, y - _HALF_HEIGHT), 2 * w, 2 * _HALF_HEIGHT,
+                                    boxstyle="round,pad=0,rounding_size=0.12", fc=fc, ec=ec,
+                                    lw=1.0, zorder=2))
+        ax.text(x, y, label, ha="center", va="center", fontsize=10, zorder=3)
+    for a, b, rad in _EDGES:
+        start, end = _anchor(a, b), _anchor(b, a)
+        if rad:  # a curved edge leaves and enters through the top / left of the boxes
+            start = (_NODES[a][0], _NODES[a][1] + _HALF_HEIGHT)
+            end = (_NODES[b][0] - _NODES[b][2], _NODES[b][1])
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11,
+                                     color="#444444", lw=1.0, shrinkA=0, shrinkB=0,
+                                     connectionstyle=f"arc3,rad={rad}", zorder=1))
+    ax.text(5.9, -0.58, r"forward: left to right.   backward: right to left; a node with "
+            r"several outgoing arrows ($x_i$, $\mu$) adds up one gradient term per arrow.",
+            ha="center", va="center", fontsize=8.5, color="#555555")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# sigmoid and the near-linear range
+# ---------------------------------------------------------------------------------------
+def sigmoid_figure(normalized: torch.Tensor, restored: torch.Tensor,
+                   width: float = 7.0) -> Figure:
+    """Pre-activations on a sigmoid: ``normalized`` (mean 0, variance 1) land on its
+    near-linear middle (shaded: :math:`|t| < 2`); ``restored`` (after a scale gamma and shift
+    beta) reach its bends."""
+    fig = Figure(figsize=(width, 2.4), layout="constrained")
+    axs = fig.subplots(1, 2, sharey=True)
+    grid = torch.linspace(-8, 8, 400, dtype=torch.float64)
+    for ax, z, title, color in ((axs[0], normalized, r"normalized: $\hat x$", _BN_COLOR),
+                                (axs[1], restored, r"after $\gamma\hat x+\beta$", _LN_COLOR)):
+        z = z.detach().reshape(-1).to(torch.float64)
+        ax.axvspan(-2, 2, color="#f0f0f0", zorder=0)
+        ax.plot(grid.numpy(), torch.sigmoid(grid).numpy(), color="#888888", lw=1.2,
+                label="sigmoid")
+        near = torch.linspace(-2.2, 2.2, 2, dtype=torch.float64)
+        ax.plot(near.numpy(), (0.5 + near / 4).numpy(), color="#888888", lw=0.8, ls="--",
+                label="its tangent at 0")
+        ax.scatter(z.numpy(), torch.sigmoid(z).numpy(), s=6, color=color, zorder=3,
+                   label="pre-activations")
+        ax.set_xlim(-8, 8)
+        ax.set_ylim(-0.1, 1.1)
+        ax.set_title(title, fontsize=9.5)
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("pre-activation", fontsize=8.5)
+    axs[0].legend(fontsize=7, loc="upper left", frameon=False)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# the noise of the batch statistics
+# ---------------------------------------------------------------------------------------
+def _minor_label(v: float, _pos) -> str:
+    """Label the minor ticks 2, 3 and 5 of each decade of a log axis, no others."""
+    if v <= 0:
+        return ""
+    lead = round(v / 10 ** math.floor(math.log10(v)))
+    return f"{v:g}" if lead in (2, 3, 5) else ""
+
+
+def spread_figure(batch_sizes: Sequence[int], mean_spread: Sequence[float],
+                  var_spread: Sequence[float], width: float = 5.2) -> Figure:
+    r"""Log-log plot of the spread (standard deviation over draws) of the batch mean and the
+    batch variance against the batch size, with the :math:`1/\sqrt{B}` reference line."""
+    if not len(batch_sizes) == len(mean_spread) == len(var_spread) >= 1:
+        raise ValueError(
+            f"batch_sizes, mean_spread and var_spread must have the same length (at least 1), "
+            f"got {len(batch_sizes)}, {len(mean_spread)} and {len(var_spread)}")
+    fig = Figure(figsize=(width, 2.8), layout="constrained")
+    ax = fig.add_subplot()
+    b = torch.tensor([float(v) for v in batch_sizes], dtype=torch.float64)
+    for vals, label, color, marker in ((mean_spread, r"batch mean $\mu_B$", _BN_COLOR, "o"),
+                                       (var_spread, r"batch variance $\sigma_B^2$", _LN_COLOR,
+                                        "s")):
+        v = torch.tensor([float(s) for s in vals], dtype=torch.float64)
+        ax.loglog(b.numpy(), v.numpy(), marker=marker, color=color, label=label, ms=4)
+    ref = float(mean_spread[-1]) * (b[-1] / b).sqrt()
+    ax.loglog(b.numpy(), ref.numpy(), ls="--", color="#222222", lw=1, label=r"$\propto 1/\sqrt{B}$",
+              zorder=3)
+    ax.set_xticks([int(v) for v in batch_sizes], [str(int(v)) for v in batch_sizes])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+    ax.set_xlabel("batch size $B$", fontsize=8.5)
+    ax.set_ylabel("spread over batches", fontsize=8.5)
+    ax.tick_params(which="both", labelsize=8)
+    ax.legend(fontsize=7.5, frameon=False)
+    return fig
