@@ -48,7 +48,7 @@ SAMPLE_Z = (1.2, -0.8, 0.3, -1.5, 0.6, 1.6)
 #: batch of size B uses the first B - 1 of them, so a larger batch extends a smaller one.
 MAX_BATCH = 64
 #: Default number of draws of the batch-mates.
-NUM_DRAWS = 5
+NUM_DRAWS = 4
 
 _BN_COLOR = "#1f77b4"
 _LN_COLOR = "#d62728"
