@@ -183,16 +183,16 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
 # ---------------------------------------------------------------------------------------
 #: node -> (x, y, half-width, label); the forward pass of one channel, in the chapter's notation
 _NODES = {
-    "x": (0.0, 0.0, 0.35, r"$x_i$"),
-    "mu": (2.1, 0.75, 0.95, r"$\mu=\frac{1}{N}\sum_k x_k$"),
-    "var": (4.3, 1.5, 1.45, r"$\sigma^2=\frac{1}{N}\sum_k (x_k-\mu)^2$"),
-    "r": (7.3, 1.5, 1.1, r"$r=(\sigma^2+\epsilon)^{-1/2}$"),
-    "xhat": (7.3, 0.0, 1.0, r"$\hat x_i=(x_i-\mu)\,r$"),
-    "gb": (9.9, 1.5, 0.55, r"$\gamma,\ \beta$"),
-    "y": (9.9, 0.0, 0.95, r"$y_i=\gamma\hat x_i+\beta$"),
-    "L": (11.8, 0.0, 0.3, r"$L$"),
+    "x": (0.0, 0.0, 0.38, r"$x_i$"),
+    "mu": (2.0, 0.8, 1.0, r"$\mu=\frac{1}{N}\sum_k x_k$"),
+    "var": (4.45, 1.6, 1.55, r"$\sigma^2=\frac{1}{N}\sum_k (x_k-\mu)^2$"),
+    "r": (7.75, 1.6, 1.2, r"$r=(\sigma^2+\epsilon)^{-1/2}$"),
+    "xhat": (7.75, 0.0, 1.1, r"$\hat x_i=(x_i-\mu)\,r$"),
+    "gb": (10.5, 1.6, 0.6, r"$\gamma,\ \beta$"),
+    "y": (10.5, 0.0, 1.05, r"$y_i=\gamma\hat x_i+\beta$"),
+    "L": (12.45, 0.0, 0.33, r"$L$"),
 }
-_HALF_HEIGHT = 0.27
+_HALF_HEIGHT = 0.3
 #: (from, to, curvature)
 _EDGES = [
     ("x", "mu", 0.0), ("x", "var", -0.35), ("mu", "var", 0.0), ("var", "r", 0.0),
@@ -210,17 +210,17 @@ def _anchor(node: str, toward: str) -> tuple[float, float]:
     return x0 + t * dx, y0 + t * dy
 
 
-def graph_figure(width: float = 8.0) -> Figure:
+def graph_figure(width: float = 8.5) -> Figure:
     r"""The forward graph of BatchNorm for one channel of :math:`N` values.
 
     Each node is one step of the forward pass; an arrow means "is computed from".  The
     backward pass visits the nodes from right to left; a node with several outgoing arrows
     (:math:`x_i`, :math:`\mu`) collects one gradient term per arrow.
     """
-    fig = Figure(figsize=(width, width * 0.3))
+    fig = Figure(figsize=(width, 2.65))
     ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(-0.55, 12.3)
-    ax.set_ylim(-0.75, 1.95)
+    ax.set_xlim(-0.5, 12.9)
+    ax.set_ylim(-0.8, 2.0)
     ax.axis("off")
     for key, (x, y, w, label) in _NODES.items():
         fc, ec = (("#fff4e0", "#c98a1b") if key == "gb" else
@@ -228,7 +228,7 @@ def graph_figure(width: float = 8.0) -> Figure:
         ax.add_patch(FancyBboxPatch((x - w, y - _HALF_HEIGHT), 2 * w, 2 * _HALF_HEIGHT,
                                     boxstyle="round,pad=0,rounding_size=0.12", fc=fc, ec=ec,
                                     lw=1.0, zorder=2))
-        ax.text(x, y, label, ha="center", va="center", fontsize=10, zorder=3)
+        ax.text(x, y, label, ha="center", va="center", fontsize=11.5, zorder=3)
     for a, b, rad in _EDGES:
         start, end = _anchor(a, b), _anchor(b, a)
         if rad:  # a curved edge leaves and enters through the top / left of the boxes
@@ -237,9 +237,9 @@ def graph_figure(width: float = 8.0) -> Figure:
         ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11,
                                      color="#444444", lw=1.0, shrinkA=0, shrinkB=0,
                                      connectionstyle=f"arc3,rad={rad}", zorder=1))
-    ax.text(5.9, -0.58, r"forward: left to right.   backward: right to left; a node with "
-            r"several outgoing arrows ($x_i$, $\mu$) adds up one gradient term per arrow.",
-            ha="center", va="center", fontsize=8.5, color="#555555")
+    ax.text(6.2, -0.62, r"forward: left to right.   backward: right to left; a node with "
+            r"several outgoing arrows ($x_i$, $\mu$) adds up one term per arrow.",
+            ha="center", va="center", fontsize=10, color="#555555")
     return fig
 
 
