@@ -140,8 +140,11 @@ Precision
 float16 / bfloat16 inputs are computed in float32, and the results (outputs and gradients)
 are cast back to the dtypes of the tensors they belong to, as in
 :func:`normcore.functional.normalize`.  :math:`\hat x` is saved in that float32 compute
-dtype.  The Functions are ``once_differentiable``: the saved :math:`\hat x` forgets how it
-depends on :math:`x`, so a second derivative through them would be wrong, and is refused.
+dtype.  The saved :math:`\hat x` forgets how it depends on :math:`x`, so a second
+derivative cannot use it: when a backward runs with ``create_graph=True``, ``Normalize``
+differentiates the formula itself, recomputed from the saved inputs (autograd through
+:func:`normcore.functional.normalize_formula`), and the result is differentiable again.
+``WeightStandardize`` is ``once_differentiable`` and refuses a second derivative.
 """
 from __future__ import annotations
 
@@ -276,8 +279,9 @@ class Normalize(torch.autograd.Function):
             torch.add(xhat, b, out=yv)
         else:
             yv.copy_(xhat)
-        ctx.save_for_backward(xhat, inv_std, weight)
+        ctx.save_for_backward(xhat, inv_std, weight, x, bias)
         ctx.lay = lay
+        ctx.eps = eps
         ctx.has_bias = bias is not None
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.x_dtype = x.dtype
@@ -286,11 +290,15 @@ class Normalize(torch.autograd.Function):
         return y.to(x.dtype), mean, var
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_y, _grad_mean, _grad_var):
         if grad_y is None:                   # y was not used (only mean / var)
             return None, None, None, None, None
-        xhat, inv_std, weight = ctx.saved_tensors
+        xhat, inv_std, weight, x, bias = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph=True (a second derivative is coming): the saved x_hat has
+            # forgotten how it depends on x, so differentiate the formula itself, recomputed
+            # from the saved inputs, which still carry their graph
+            return _backward_through_formula(ctx, grad_y, x, weight, bias)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         need_w = need_w and weight is not None
@@ -331,6 +339,19 @@ class Normalize(torch.autograd.Function):
                 grad_x = _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
             grad_x = grad_x.to(ctx.x_dtype)
         return grad_x, grad_w, grad_b, None, None
+
+
+def _backward_through_formula(ctx, grad_y, x, weight, bias):
+    """Normalize's backward by autograd through :func:`functional.normalize_formula`, so that
+    the gradient is itself differentiable (double backward)."""
+    inputs = (x, weight, bias)
+    wanted = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i] and t is not None]
+    y = F.normalize_formula(x, ctx.lay, ctx.eps, weight, bias).output
+    grads = torch.autograd.grad(y, [inputs[i] for i in wanted], grad_y, create_graph=True)
+    out = [None] * 5
+    for i, g in zip(wanted, grads):
+        out[i] = g
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------

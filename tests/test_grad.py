@@ -343,12 +343,23 @@ def test_output_can_be_modified_in_place(norm, num_groups, affine):
     torch.testing.assert_close(g1, g2, **TOL[torch.float64])
 
 
-def test_double_backward_is_refused():
+@pytest.mark.parametrize("call", [
+    lambda x, w, b: G.group_norm(x, 2, w, b),
+    lambda x, w, b: G.batch_norm_train(x, w, b),
+    lambda x, w, b: G.layer_norm(x, x.shape[1:]),
+])
+def test_double_backward_goes_through_the_formula(call):
     x = make_input((3, 4, 5), torch.float64, 15).requires_grad_(True)
-    y = G.group_norm(x, 2)
-    (gx,) = torch.autograd.grad((y ** 3).sum(), x, create_graph=True)
+    w, b = (p.requires_grad_(True) for p in make_affine((4,), torch.float64, 15))
+    assert torch.autograd.gradgradcheck(call, (x, w, b))
+
+
+def test_weight_standardize_refuses_double_backward():
+    w = make_input((3, 4, 5), torch.float64, 15).requires_grad_(True)
+    y = G.weight_standardize(w)
+    (gw,) = torch.autograd.grad((y ** 3).sum(), w, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
-        gx.sum().backward()
+        gw.sum().backward()
 
 
 # ---------------------------------------------------------------------------------------
