@@ -198,15 +198,21 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     # gamma is constant on every set iff it has size 1 along every reduced dim (BN, IN, GN):
     # then gamma / sqrt(var + eps) is one small tensor and the rest is one multiply-add
     foldable = all(lay.affine_view_shape[d] == 1 for d in lay.reduce_dims)
+    # Without autograd, the output is written over `centered`, a fresh temporary: one
+    # full-size allocation fewer (they cost page faults on CPU), the same arithmetic.
+    recording = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
+    out = None if recording else centered
     if foldable and w is not None:
         scale = inv_std * w                                     # gamma / sqrt(var + eps)
-        y = centered * scale if b is None else torch.addcmul(b, centered, scale)
+        y = (torch.mul(centered, scale, out=out) if b is None
+             else torch.addcmul(b, centered, scale, out=out))
     else:
-        y = centered * inv_std                                  # x_hat
+        y = torch.mul(centered, inv_std, out=out)               # x_hat
         if w is not None:                                       # LayerNorm: gamma per element
-            y = y * w if b is None else torch.addcmul(b, y, w)  # gamma * x_hat + beta
+            y = torch.mul(y, w, out=out) if b is None else torch.addcmul(b, y, w, out=out)
         elif b is not None:
-            y = y + b
+            y = torch.add(y, b, out=out)
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
 
 
