@@ -11,6 +11,10 @@ Removed:
     and embeds fresh state.
   - per-cell execution timestamps (metadata.execution, metadata.ExecuteTime).
 
+Merged: consecutive stream outputs of the same stream (stdout or stderr) become one, as
+nbval merges them before comparing; how the kernel split them varies from run to run, and
+would otherwise make every re-execution a noisy diff.
+
 Usage:
   python tools/strip_notebook.py chapters/*.ipynb          # rewrite in place
   python tools/strip_notebook.py --check chapters/*.ipynb  # exit 1 if any would change
@@ -47,6 +51,11 @@ def strip(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                     out.get("metadata", {}).pop(mime, None)
                 if not data:
                     continue
+            if (kept and out.get("output_type") == "stream"
+                    and kept[-1].get("output_type") == "stream"
+                    and kept[-1].get("name") == out.get("name")):
+                kept[-1]["text"] = "".join(kept[-1]["text"]) + "".join(out["text"])
+                continue
             kept.append(out)
         cell.outputs = kept
     return nb
