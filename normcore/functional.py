@@ -217,6 +217,117 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
 
 
 # ---------------------------------------------------------------------------------------
+# validation: each public op's checks, once, returning its Layout (grad.py uses them too)
+# ---------------------------------------------------------------------------------------
+def _check_nc(input, fn: str, min_dim: int = 2) -> int:
+    if input.dim() < min_dim:
+        if min_dim == 2:
+            raise ValueError(
+                f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
+        raise ValueError(
+            f"{fn}: expected an input of shape (N, C, *spatial) with at least one spatial dim, "
+            f"got shape {tuple(input.shape)}")
+    return input.shape[1]
+
+
+def _per_channel_layout(norm, input, weight, bias, eps, fn, running_mean, running_var,
+                        momentum, min_dim) -> Layout:
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    stats.check_momentum(momentum)
+    C = _check_nc(input, fn, min_dim)
+    for name, t in (("running_mean", running_mean), ("running_var", running_var),
+                    ("weight", weight), ("bias", bias)):
+        _check_param(t, name, (C,), fn)
+    return layout(norm, input.shape)
+
+
+def batch_norm_layout(input, weight=None, bias=None, eps=1e-5, fn="batch_norm",
+                      running_mean=None, running_var=None, momentum=0.1) -> Layout:
+    """Check batch_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    return _per_channel_layout("batch", input, weight, bias, eps, fn, running_mean,
+                               running_var, momentum, 2)
+
+
+def instance_norm_layout(input, weight=None, bias=None, eps=1e-5, fn="instance_norm",
+                         running_mean=None, running_var=None, momentum=0.1) -> Layout:
+    """Check instance_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    return _per_channel_layout("instance", input, weight, bias, eps, fn, running_mean,
+                               running_var, momentum, 3)
+
+
+def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=1e-5,
+                      fn="layer_norm") -> Layout:
+    """Check layer_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    normalized_shape = tuple(int(s) for s in normalized_shape)
+    k = len(normalized_shape)
+    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k:]) != normalized_shape:
+        raise ValueError(
+            f"{fn}: Given normalized_shape={list(normalized_shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
+            f"{list(input.shape)}; normalized_shape must equal the input's last dims")
+    _check_param(weight, "weight", normalized_shape, fn)
+    _check_param(bias, "bias", normalized_shape, fn)
+    return layout("layer", input.shape, normalized_ndim=k)
+
+
+def group_norm_layout(input, num_groups, weight=None, bias=None, eps=1e-5,
+                      fn="group_norm") -> Layout:
+    """Check group_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    check_float(input, "input", fn)
+    check_eps(eps, fn)
+    C = _check_nc(input, fn)
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
+        raise TypeError(f"{fn}: num_groups must be an int, got {num_groups!r}")
+    if num_groups <= 0 or C % num_groups:
+        raise ValueError(
+            f"{fn}: Expected number of channels in input to be divisible by num_groups, but got "
+            f"input of shape {list(input.shape)} and num_groups={num_groups}; "
+            f"choose num_groups among the divisors of {C}")
+    _check_param(weight, "weight", (C,), fn)
+    _check_param(bias, "bias", (C,), fn)
+    return layout("group", input.shape, num_groups)
+
+
+def weight_standardize_setup(weight, eps=None, convention="original", fn="weight_standardize"):
+    """Check weight_standardize's arguments; return (layout, eps, convention settings)."""
+    check_float(weight, "weight", fn)
+    if convention not in WS_CONVENTIONS:
+        raise ValueError(
+            f"{fn}: unknown convention {convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
+    conv = WS_CONVENTIONS[convention]
+    eps = conv["eps"] if eps is None else eps
+    check_eps(eps, fn)
+    if weight.dim() < 2:
+        raise ValueError(
+            f"{fn}: expected a weight of shape (C_out, C_in, *kernel), got shape {tuple(weight.shape)}")
+    lay = layout("layer", weight.shape)
+    if conv["correction"] and lay.set_size < 2:
+        raise ValueError(
+            f"{fn}: the unbiased std needs at least 2 weights per output channel, got {lay.set_size}")
+    return lay, eps, conv
+
+
+def _update_buffers(running_mean, running_var, out: Normalized, lay: Layout, momentum, fn) -> None:
+    """In place: r <- (1 - m) r + m s with the batch mean and the *unbiased* batch variance,
+    per channel; per-instance statistics (IN) are averaged over the batch first."""
+    if running_mean is None and running_var is None:
+        return
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
+    m = _momentum_value(momentum, fn)
+    C = running_mean.shape[0]
+    mean = out.mean.detach().reshape(-1, C).mean(0)
+    var = stats.unbiased_from_biased(out.var.detach(), lay.set_size).reshape(-1, C).mean(0)
+    stats.ema_update_(running_mean, mean, m)
+    stats.ema_update_(running_var, var, m)
+
+
+# ---------------------------------------------------------------------------------------
 # batch norm
 # ---------------------------------------------------------------------------------------
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -230,17 +341,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     buffers.
     """
     fn = "batch_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    stats.check_momentum(momentum)
-    if input.dim() < 2:
-        raise ValueError(f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
-    C = input.shape[1]
-    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
-        _check_param(t, name, (C,), fn)
-    _check_param(weight, "weight", (C,), fn)
-    _check_param(bias, "bias", (C,), fn)
-    lay = layout("batch", input.shape)
+    lay = batch_norm_layout(input, weight, bias, eps, fn, running_mean, running_var, momentum)
     if not training:
         if running_mean is None or running_var is None:
             raise ValueError(
@@ -251,13 +352,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                          var=running_var.reshape(stat_shape)).output
     _verify_batch_size(input.shape, fn)
     out = normalize(input, lay, eps, weight, bias)
-    if running_mean is not None or running_var is not None:
-        if running_mean is None or running_var is None:
-            raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
-        n = lay.set_size
-        m = _momentum_value(momentum, fn)
-        stats.ema_update_(running_mean, out.mean.detach().reshape(C), m)
-        stats.ema_update_(running_var, stats.unbiased_from_biased(out.var.detach(), n).reshape(C), m)
+    _update_buffers(running_mean, running_var, out, lay, momentum, fn)
     return out.output
 
 
@@ -274,19 +369,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     ``use_input_stats=False`` the running buffers are used, as in BatchNorm's eval mode.
     """
     fn = "instance_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    stats.check_momentum(momentum)
-    if input.dim() < 3:
-        raise ValueError(
-            f"{fn}: expected an input of shape (N, C, *spatial) with at least one spatial dim, "
-            f"got shape {tuple(input.shape)}")
-    C = input.shape[1]
-    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
-        _check_param(t, name, (C,), fn)
-    _check_param(weight, "weight", (C,), fn)
-    _check_param(bias, "bias", (C,), fn)
-    lay = layout("instance", input.shape)
+    lay = instance_norm_layout(input, weight, bias, eps, fn, running_mean, running_var, momentum)
     if not use_input_stats:
         if running_mean is None or running_var is None:
             raise ValueError(
@@ -297,16 +380,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
                          var=running_var.reshape(shp)).output
     _verify_spatial_size(input.shape, fn)
     out = normalize(input, lay, eps, weight, bias)
-    if running_mean is not None or running_var is not None:
-        if running_mean is None or running_var is None:
-            raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
-        n = lay.set_size
-        m = _momentum_value(momentum, fn)
-        N = input.shape[0]
-        mean_c = out.mean.detach().reshape(N, C).mean(0)
-        var_c = stats.unbiased_from_biased(out.var.detach(), n).reshape(N, C).mean(0)
-        stats.ema_update_(running_mean, mean_c, m)
-        stats.ema_update_(running_var, var_c, m)
+    # as in torch: the buffers get the per-instance statistics averaged over the batch
+    _update_buffers(running_mean, running_var, out, lay, momentum, fn)
     return out.output
 
 
@@ -316,21 +391,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     r"""Layer normalization (Ba et al. 2016): one :math:`\mu, \sigma^2` per leading index,
     over the trailing ``normalized_shape`` dims; gamma and beta have ``normalized_shape``."""
-    fn = "layer_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    if isinstance(normalized_shape, numbers.Integral):
-        normalized_shape = (int(normalized_shape),)
-    normalized_shape = tuple(int(s) for s in normalized_shape)
-    k = len(normalized_shape)
-    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k:]) != normalized_shape:
-        raise ValueError(
-            f"{fn}: Given normalized_shape={list(normalized_shape)}, expected input with shape "
-            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
-            f"{list(input.shape)}; normalized_shape must equal the input's last dims")
-    _check_param(weight, "weight", normalized_shape, fn)
-    _check_param(bias, "bias", normalized_shape, fn)
-    lay = layout("layer", input.shape, normalized_ndim=k)
+    lay = layer_norm_layout(input, normalized_shape, weight, bias, eps, "layer_norm")
     return normalize(input, lay, eps, weight, bias).output
 
 
@@ -341,22 +402,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     r"""Group normalization (Wu & He 2018): one :math:`\mu, \sigma^2` per sample and group of
     ``C // num_groups`` contiguous channels, over those channels and every spatial position;
     gamma and beta are per channel."""
-    fn = "group_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    if input.dim() < 2:
-        raise ValueError(f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
-    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
-        raise TypeError(f"{fn}: num_groups must be an int, got {num_groups!r}")
-    C = input.shape[1]
-    if num_groups <= 0 or C % num_groups:
-        raise ValueError(
-            f"{fn}: Expected number of channels in input to be divisible by num_groups, but got "
-            f"input of shape {list(input.shape)} and num_groups={num_groups}; "
-            f"choose num_groups among the divisors of {C}")
-    _check_param(weight, "weight", (C,), fn)
-    _check_param(bias, "bias", (C,), fn)
-    lay = layout("group", input.shape, num_groups)
+    lay = group_norm_layout(input, num_groups, weight, bias, eps, "group_norm")
     return normalize(input, lay, eps, weight, bias).output
 
 
@@ -392,21 +438,5 @@ def weight_standardize(weight, eps=None, *, convention="original"):
     variance.  ``eps=None`` takes the convention's default.  It is a LayerNorm of the weight
     over every dim but the first, without affine parameters; :func:`normalize` does it.
     """
-    fn = "weight_standardize"
-    check_float(weight, "weight", fn)
-    if convention not in WS_CONVENTIONS:
-        raise ValueError(
-            f"{fn}: unknown convention {convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
-    conv = WS_CONVENTIONS[convention]
-    eps = conv["eps"] if eps is None else eps
-    check_eps(eps, fn)
-    if weight.dim() < 2:
-        raise ValueError(
-            f"{fn}: expected a weight of shape (C_out, C_in, *kernel), got shape {tuple(weight.shape)}")
-    n = 1
-    for s in weight.shape[1:]:
-        n *= s
-    if conv["correction"] and n < 2:
-        raise ValueError(f"{fn}: the unbiased std needs at least 2 weights per output channel, got {n}")
-    lay = layout("layer", weight.shape)
+    lay, eps, conv = weight_standardize_setup(weight, eps, convention, "weight_standardize")
     return normalize(weight, lay, eps, correction=conv["correction"], eps_mode=conv["eps_mode"]).output

@@ -428,95 +428,35 @@ def batch_norm_train(input, weight=None, bias=None, eps=1e-5):
     r"""BatchNorm in training mode (batch statistics; no running buffers): one
     :math:`\mu, \sigma^2` per channel over the batch and every position.  The same as
     ``torch.nn.functional.batch_norm(input, None, None, weight, bias, training=True, eps=eps)``."""
-    fn = "batch_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    if input.dim() < 2:
-        raise ValueError(f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
-    C = input.shape[1]
-    _check_param(weight, "weight", (C,), fn)
-    _check_param(bias, "bias", (C,), fn)
-    _verify_batch_size(input.shape, fn)
-    return Normalize.apply(input, weight, bias, layout("batch", input.shape), eps)[0]
+    lay = F.batch_norm_layout(input, weight, bias, eps)
+    _verify_batch_size(input.shape, "batch_norm")
+    return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def instance_norm(input, weight=None, bias=None, eps=1e-5):
     r"""InstanceNorm (input statistics; no running buffers): one :math:`\mu, \sigma^2` per
     sample and channel, over the positions."""
-    fn = "instance_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    if input.dim() < 3:
-        raise ValueError(
-            f"{fn}: expected an input of shape (N, C, *spatial) with at least one spatial dim, "
-            f"got shape {tuple(input.shape)}")
-    C = input.shape[1]
-    _check_param(weight, "weight", (C,), fn)
-    _check_param(bias, "bias", (C,), fn)
-    _verify_spatial_size(input.shape, fn)
-    return Normalize.apply(input, weight, bias, layout("instance", input.shape), eps)[0]
+    lay = F.instance_norm_layout(input, weight, bias, eps)
+    _verify_spatial_size(input.shape, "instance_norm")
+    return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     r"""LayerNorm: one :math:`\mu, \sigma^2` per leading index over the trailing
     ``normalized_shape`` dims; gamma and beta have ``normalized_shape``."""
-    fn = "layer_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    if isinstance(normalized_shape, numbers.Integral):
-        normalized_shape = (int(normalized_shape),)
-    normalized_shape = tuple(int(s) for s in normalized_shape)
-    k = len(normalized_shape)
-    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k:]) != normalized_shape:
-        raise ValueError(
-            f"{fn}: Given normalized_shape={list(normalized_shape)}, expected input with shape "
-            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
-            f"{list(input.shape)}; normalized_shape must equal the input's last dims")
-    _check_param(weight, "weight", normalized_shape, fn)
-    _check_param(bias, "bias", normalized_shape, fn)
-    lay = layout("layer", input.shape, normalized_ndim=k)
+    lay = F.layer_norm_layout(input, normalized_shape, weight, bias, eps)
     return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     r"""GroupNorm: one :math:`\mu, \sigma^2` per sample and group of ``C // num_groups``
     contiguous channels; gamma and beta per channel."""
-    fn = "group_norm"
-    check_float(input, "input", fn)
-    check_eps(eps, fn)
-    if input.dim() < 2:
-        raise ValueError(f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
-    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
-        raise TypeError(f"{fn}: num_groups must be an int, got {num_groups!r}")
-    C = input.shape[1]
-    if num_groups <= 0 or C % num_groups:
-        raise ValueError(
-            f"{fn}: Expected number of channels in input to be divisible by num_groups, but got "
-            f"input of shape {list(input.shape)} and num_groups={num_groups}; "
-            f"choose num_groups among the divisors of {C}")
-    _check_param(weight, "weight", (C,), fn)
-    _check_param(bias, "bias", (C,), fn)
-    lay = layout("group", input.shape, num_groups)
+    lay = F.group_norm_layout(input, num_groups, weight, bias, eps)
     return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def weight_standardize(weight, eps=None, *, convention="original"):
     r"""Weight Standardization with the hand-derived backward; the semantics (conventions,
     default ``eps``, errors) of :func:`normcore.functional.weight_standardize`."""
-    fn = "weight_standardize"
-    check_float(weight, "weight", fn)
-    if convention not in WS_CONVENTIONS:
-        raise ValueError(
-            f"{fn}: unknown convention {convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
-    conv = WS_CONVENTIONS[convention]
-    eps = conv["eps"] if eps is None else eps
-    check_eps(eps, fn)
-    if weight.dim() < 2:
-        raise ValueError(
-            f"{fn}: expected a weight of shape (C_out, C_in, *kernel), got shape {tuple(weight.shape)}")
-    n = 1
-    for s in weight.shape[1:]:
-        n *= s
-    if conv["correction"] and n < 2:
-        raise ValueError(f"{fn}: the unbiased std needs at least 2 weights per output channel, got {n}")
+    _, eps, conv = F.weight_standardize_setup(weight, eps, convention)
     return WeightStandardize.apply(weight, float(eps), conv["correction"], conv["eps_mode"])
