@@ -231,7 +231,7 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
     out = torch.empty(shape, dtype=g.dtype, device=g.device)
     view = out.view(g.shape)
-    torch.addcmul(shift, g, g_scale, out=view)           # r d - r mean_S(d)
+    torch.mul(g, g_scale, out=view).add_(shift)          # r d - r mean_S(d)
     view.addcmul_(xhat, slope)                           #     - r x_hat sum_S(d x_hat) / m
     return out
 
@@ -272,7 +272,7 @@ class Normalize(torch.autograd.Function):
         y = torch.empty(lay.shape, dtype=cdt, device=xhat.device)
         yv = y.view(lay.view_shape)
         if w is not None and b is not None:
-            torch.addcmul(b, xhat, w, out=yv)
+            torch.mul(xhat, w, out=yv).add_(b)   # (out-of-place addcmul is slow on CPU)
         elif w is not None:
             torch.mul(xhat, w, out=yv)
         elif b is not None:
