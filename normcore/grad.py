@@ -315,8 +315,9 @@ class Normalize(torch.autograd.Function):
 
         # The only two passes over the whole tensor: sum g and g x_hat over `inner`
         # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
-        sum_g = _sum(g, inner) if (need_x or need_b) else None
-        sum_gxhat = _sum_prod(g, xhat, inner) if (need_x or need_w) else None
+        # (LN has no inner dims: its dx takes its own sums of d = gamma g below)
+        sum_g = _sum(g, inner) if ((need_x and inner) or need_b) else None
+        sum_gxhat = _sum_prod(g, xhat, inner) if ((need_x and inner) or need_w) else None
 
         grad_x = grad_w = grad_b = None
         if need_b:                                    # dL/dbeta  = sum of g      (5)
@@ -324,15 +325,23 @@ class Normalize(torch.autograd.Function):
         if need_w:                                    # dL/dgamma = sum of g x_hat (5)
             grad_w = _sum(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
         if need_x:
-            g_scale = inv_std if w is None else inv_std * w           # d r = g (gamma r)
             if not outer:
+                g_scale = inv_std if w is None else inv_std * w       # d r = g (gamma r)
                 # BN, IN (and no gamma): gamma is constant on S, so it factors out of the
                 # sums:  r (d - sum d / n - x_hat sum d x_hat / n)
                 #      = (gamma r) (g - sum g / n - x_hat sum g x_hat / n)
                 grad_x = _grad_input(g, xhat, g_scale, g_scale, sum_g, sum_gxhat, n, n, lay.shape)
+            elif not inner:
+                # LN: gamma varies along every dim of S, so nothing of g was summed yet;
+                # form d = gamma g once and take both set sums of it (a dot product each)
+                d = g if w is None else g * w
+                sum_d = _sum(d, lay.reduce_dims)
+                sum_dxhat = _sum_prod(d, xhat, lay.reduce_dims)
+                grad_x = _grad_input(d, xhat, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
             else:
-                # GN, LN: gamma varies inside S; finish the set sums of d = gamma g
-                # (sum_S gamma g, sum_S gamma g x_hat; a contraction with gamma for LN)
+                # GN: gamma varies inside S along the group's channels; finish the set sums
+                # of d = gamma g (sum_S gamma g, sum_S gamma g x_hat: small contractions)
+                g_scale = inv_std if w is None else inv_std * w       # d r = g (gamma r)
                 sum_d = _sum(sum_g, outer) if w is None else _sum_times(sum_g, w, outer)
                 sum_dxhat = (_sum(sum_gxhat, outer) if w is None
                              else _sum_times(sum_gxhat, w, outer))
