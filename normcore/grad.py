@@ -206,7 +206,7 @@ def _standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int, eps_
 
 def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
                 scale: torch.Tensor, sum_d: torch.Tensor, sum_dxhat: torch.Tensor,
-                n: int, m, shape) -> torch.Tensor:
+                n: int, m, shape, out: torch.Tensor | None = None) -> torch.Tensor:
     r"""The boxed formula, as two fused multiply-adds over the full tensor:
 
     .. math::
@@ -229,7 +229,8 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     """
     shift = sum_d * scale * (-1.0 / n)                   # -r * mean_S(d)
     slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
-    out = torch.empty(shape, dtype=g.dtype, device=g.device)
+    if out is None:  # else: a temporary of the input's shape, overwritten (may be g itself)
+        out = torch.empty(shape, dtype=g.dtype, device=g.device)
     view = out.view(g.shape)
     torch.mul(g, g_scale, out=view).add_(shift)          # r d - r mean_S(d)
     view.addcmul_(xhat, slope)                           #     - r x_hat sum_S(d x_hat) / m
@@ -317,7 +318,10 @@ class Normalize(torch.autograd.Function):
         # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
         # (LN has no inner dims: its dx takes its own sums of d = gamma g below)
         sum_g = _sum(g, inner) if ((need_x and inner) or need_b) else None
-        sum_gxhat = _sum_prod(g, xhat, inner) if ((need_x and inner) or need_w) else None
+        sum_gxhat = None
+        if (need_x and inner) or need_w:
+            # for LN (no inner dims) this is the full-size g * x_hat: keep it to reuse below
+            sum_gxhat = _sum_prod(g, xhat, inner)
 
         grad_x = grad_w = grad_b = None
         if need_b:                                    # dL/dbeta  = sum of g      (5)
@@ -334,10 +338,15 @@ class Normalize(torch.autograd.Function):
             elif not inner:
                 # LN: gamma varies along every dim of S, so nothing of g was summed yet;
                 # form d = gamma g once and take both set sums of it (a dot product each)
-                d = g if w is None else g * w
+                # (large temporaries cost page faults: d goes into the buffer of g x_hat,
+                # whose gamma-gradient is taken, and dx is then written over d)
+                # (not when grad_w is that very buffer: no leading dims to sum it over)
+                spare = sum_gxhat if (need_w and param and sum_gxhat.shape == g.shape) else None
+                d = g if w is None else torch.mul(g, w, out=spare)
                 sum_d = _sum(d, lay.reduce_dims)
                 sum_dxhat = _sum_prod(d, xhat, lay.reduce_dims)
-                grad_x = _grad_input(d, xhat, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
+                grad_x = _grad_input(d, xhat, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape,
+                                     out=None if w is None or lay.view_shape != lay.shape else d)
             else:
                 # GN: gamma varies inside S along the group's channels; finish the set sums
                 # of d = gamma g (sum_S gamma g, sum_S gamma g x_hat: small contractions)

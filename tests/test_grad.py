@@ -435,7 +435,7 @@ def test_bad_input_generic_normalize():
 # ---------------------------------------------------------------------------------------
 # the checks can fail: break the backward on purpose and watch them notice
 # ---------------------------------------------------------------------------------------
-def _drop_xhat_term(g, xhat, g_scale, scale, sum_d, sum_dxhat, n, m, shape):
+def _drop_xhat_term(g, xhat, g_scale, scale, sum_d, sum_dxhat, n, m, shape, out=None):
     # r (d - mean d), forgetting "- x_hat sum(d x_hat) / m": the path through the variance
     return torch.addcmul(sum_d * scale * (-1.0 / n), g, g_scale).reshape(shape)
 
@@ -459,8 +459,8 @@ def test_n_instead_of_n_minus_one_is_caught(monkeypatch):
     # using n instead (the "biased" slip) must be noticed
     right = G._grad_input
 
-    def slip(g, xhat, g_scale, scale, sum_d, sum_dxhat, n, m, shape):
-        return right(g, xhat, g_scale, scale, sum_d, sum_dxhat, n, m * n / (n - 1), shape)
+    def slip(g, xhat, g_scale, scale, sum_d, sum_dxhat, n, m, shape, out=None):
+        return right(g, xhat, g_scale, scale, sum_d, sum_dxhat, n, m * n / (n - 1), shape, out)
 
     monkeypatch.setattr(G, "_grad_input", slip)
     w = make_input((4, 3, 2, 2), torch.float64, 17)
