@@ -341,16 +341,24 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """
     fn = "batch_norm"
     lay = batch_norm_layout(input, weight, bias, eps, fn, running_mean, running_var, momentum)
-    if not training:
+    return _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
+                                   training, momentum, eps, fn, _verify_batch_size)
+
+
+def _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
+                            use_batch_stats, momentum, eps, fn, verify):
+    """BN and IN: batch statistics (and a buffer update), or the buffers' statistics."""
+    if not use_batch_stats:
         if running_mean is None or running_var is None:
             raise ValueError(
-                f"{fn}: training=False normalizes with running_mean and running_var, "
-                f"so both must be given (or pass training=True to use batch statistics)")
-        stat_shape = lay.affine_view_shape
-        return normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(stat_shape),
-                         var=running_var.reshape(stat_shape)).output
-    _verify_batch_size(input.shape, fn)
+                f"{fn}: normalizing with the running statistics (training=False, or "
+                f"use_input_stats=False) needs both running_mean and running_var")
+        shape = lay.affine_view_shape
+        return normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(shape),
+                         var=running_var.reshape(shape)).output
+    verify(input.shape, fn)
     out = normalize(input, lay, eps, weight, bias)
+    # IN, as in torch: the buffers get the per-instance statistics averaged over the batch
     _update_buffers(running_mean, running_var, out, lay, momentum, fn)
     return out.output
 
@@ -369,19 +377,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     """
     fn = "instance_norm"
     lay = instance_norm_layout(input, weight, bias, eps, fn, running_mean, running_var, momentum)
-    if not use_input_stats:
-        if running_mean is None or running_var is None:
-            raise ValueError(
-                f"{fn}: use_input_stats=False normalizes with running_mean and running_var, "
-                f"so both must be given")
-        shp = lay.affine_view_shape
-        return normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(shp),
-                         var=running_var.reshape(shp)).output
-    _verify_spatial_size(input.shape, fn)
-    out = normalize(input, lay, eps, weight, bias)
-    # as in torch: the buffers get the per-instance statistics averaged over the batch
-    _update_buffers(running_mean, running_var, out, lay, momentum, fn)
-    return out.output
+    return _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
+                                   use_input_stats, momentum, eps, fn, _verify_spatial_size)
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,6 +33,27 @@ def _check_positive_int(value, name: str, cls: str) -> None:
         raise ValueError(f"{cls}: {name} must be a positive int, got {value!r}")
 
 
+def _affine_parameters(module: Module, shape, affine: bool, bias: bool, factory) -> None:
+    """Register ``weight`` and ``bias`` of ``shape`` (or None), as torch's norms do."""
+    if affine:
+        module.weight = Parameter(torch.empty(shape, **factory))
+        if bias:
+            module.bias = Parameter(torch.empty(shape, **factory))
+        else:
+            module.register_parameter("bias", None)
+    else:
+        module.register_parameter("weight", None)
+        module.register_parameter("bias", None)
+
+
+def _reset_affine(module: Module) -> None:
+    """gamma = 1, beta = 0: the norm starts as a plain standardization."""
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
+
 class _NormBase(Module):
     """Parameters and running buffers shared by BatchNorm and InstanceNorm (as in torch)."""
 
@@ -52,15 +73,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(torch.empty(num_features, **factory))
-            if bias:
-                self.bias = Parameter(torch.empty(num_features, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, num_features, affine, bias, factory)
         if track_running_stats:
             self.register_buffer("running_mean", torch.zeros(num_features, **factory))
             self.register_buffer("running_var", torch.ones(num_features, **factory))
@@ -80,10 +93,7 @@ class _NormBase(Module):
 
     def reset_parameters(self) -> None:
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def _check_input_dim(self, input: Tensor) -> None:
         raise NotImplementedError
@@ -272,22 +282,11 @@ class LayerNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         factory = {"device": device, "dtype": dtype}
-        if elementwise_affine:
-            self.weight = Parameter(torch.empty(self.normalized_shape, **factory))
-            if bias:
-                self.bias = Parameter(torch.empty(self.normalized_shape, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, factory)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -316,22 +315,11 @@ class GroupNorm(Module):
         self.eps = eps
         self.affine = affine
         factory = {"device": device, "dtype": dtype}
-        if affine:
-            self.weight = Parameter(torch.empty(num_channels, **factory))
-            if bias:
-                self.bias = Parameter(torch.empty(num_channels, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, num_channels, affine, bias, factory)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
