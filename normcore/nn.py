@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.nn import Module, Parameter, init
 
+from . import axes
 from . import functional as F
 from . import stats
 
@@ -308,7 +309,7 @@ class GroupNorm(Module):
             raise ValueError(
                 f"num_channels must be divisible by num_groups: num_channels={num_channels}, "
                 f"num_groups={num_groups}; choose num_groups among "
-                f"{[d for d in range(1, num_channels + 1) if num_channels % d == 0]}")
+                f"{axes.divisors(num_channels)}")
         F.check_eps(eps, "GroupNorm")
         self.num_groups = num_groups
         self.num_channels = num_channels
