@@ -143,23 +143,31 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm") -> int:
+def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm",
+                     input_shape=None) -> int:
     """``num_groups`` as an int, or the error that says which values are legal.
 
-    The one place that knows the rule "G must be a positive divisor of C"; the messages
-    carry torch's wording ("... divisible by num_groups ...") so that code matching torch's
-    errors keeps working.
+    The one place that knows the rule "G must be a positive divisor of C".  The message
+    carries torch's wording, so that code matching torch's errors keeps working: for a
+    module (``num_channels`` given to a constructor) "num_channels must be divisible by
+    num_groups"; for a function called on an input (``input_shape`` given) "Expected number
+    of channels in input to be divisible by num_groups".
     """
     if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
         raise TypeError(f"{where}: num_groups must be an int, got {num_groups!r}")
     G = int(num_groups)
-    if G <= 0 or num_channels % G:
+    if G > 0 and num_channels % G == 0:
+        return G
+    if input_shape is not None:
         raise ValueError(
-            f"{where}: Expected number of channels to be divisible by num_groups, but got "
-            f"num_channels={num_channels} and num_groups={num_groups}; choose num_groups among "
-            f"the divisors of {num_channels}: {divisors(num_channels)} (C // G contiguous "
-            f"channels go in each group)")
-    return G
+            f"{where}: Expected number of channels in input to be divisible by num_groups, but "
+            f"got input of shape {list(input_shape)} and num_groups={num_groups}; choose "
+            f"num_groups among the divisors of {num_channels}")
+    raise ValueError(
+        f"{where}: num_channels must be divisible by num_groups, but got "
+        f"num_channels={num_channels} and num_groups={num_groups} (C // G contiguous "
+        f"channels go in each group); choose num_groups among the divisors of "
+        f"{num_channels}: {divisors(num_channels)}")
 
 
 def _as_shape(shape) -> tuple[int, ...]:
