@@ -11,6 +11,7 @@ matches torch's errors keeps working) and then says how to fix it.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -80,10 +81,7 @@ def check_param(p, name: str, shape: tuple[int, ...], caller: str) -> None:
 
 def verify_batch_size(size: torch.Size, caller: str) -> None:
     # the same test and message as torch.nn.functional._verify_batch_size
-    n = size[0]
-    for s in size[2:]:
-        n *= s
-    if n == 1:
+    if size[0] * math.prod(size[2:]) == 1:
         raise ValueError(
             f"Expected more than 1 value per channel when training, got input size {size}. "
             f"({caller}: a batch statistic over one value is that value, so every output would be "
@@ -92,10 +90,7 @@ def verify_batch_size(size: torch.Size, caller: str) -> None:
 
 def verify_spatial_size(size: torch.Size, caller: str) -> None:
     # the same test and message as torch.nn.functional._verify_spatial_size
-    n = 1
-    for s in size[2:]:
-        n *= s
-    if n == 1:
+    if math.prod(size[2:]) == 1:
         raise ValueError(
             f"Expected more than 1 spatial element when training, got input size {size}. "
             f"({caller}: each instance statistic would be over one value)")

@@ -37,7 +37,6 @@ how much.
 
 from __future__ import annotations
 
-import html
 import io
 import itertools
 import math
@@ -385,7 +384,3 @@ def static_widget(
     box.specs = specs
     return box
 
-
-def escape(text: str) -> str:
-    """HTML-escape plain text for use in a caption."""
-    return html.escape(text)
