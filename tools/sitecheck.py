@@ -177,6 +177,32 @@ def _wait_for_math(page) -> None:
                 await new Promise(r => setTimeout(r, 50));
             }
             await MathJax.startup.promise;
+            // MathJax typesets lazily (ui/lazy: as formulas scroll into view); scroll through
+            // the page so that every formula is typeset, and checked, before we look
+            // open the collapsed solutions and hidden inputs, so that their math is checked too
+            document.querySelectorAll('details').forEach(d => { d.open = true; });
+            document.querySelectorAll('.admonition.dropdown.toggle-hidden > .toggle-button, '
+                                      + '.admonition.dropdown.toggle-hidden button.toggle-button')
+                .forEach(b => b.click());
+            await new Promise(r => setTimeout(r, 100));
+            const step = Math.max(200, window.innerHeight - 100);
+            const pendingInView = () => Array.from(document.querySelectorAll('mjx-lazy')).some(e => {
+                const c = e.closest('mjx-container');
+                if (!c.getClientRects().length) return false;          // in a closed dropdown
+                const r = c.getBoundingClientRect();
+                return r.bottom >= -200 && r.top <= window.innerHeight + 200;
+            });
+            for (let y = 0; y < document.documentElement.scrollHeight; y += step) {
+                window.scrollTo(0, y);
+                await new Promise(r => requestAnimationFrame(() => setTimeout(r, 20)));
+                for (let k = 0; k < 50 && pendingInView(); k++)
+                    await new Promise(r => setTimeout(r, 20));
+            }
+            window.scrollTo(0, document.documentElement.scrollHeight);
+            await new Promise(r => setTimeout(r, 100));
+            if (MathJax.typesetPromise) { try { await MathJax.typesetPromise(); } catch (e) {} }
+            window.scrollTo(0, 0);
+            await new Promise(r => setTimeout(r, 50));
         }"""
     )
 
@@ -204,7 +230,11 @@ def inspect_math(page) -> dict:
             for (const el of els) {
                 const raw = Array.from(el.childNodes)
                     .filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.textContent).join('');
-                if (!el.querySelector('mjx-container') || /\\\(|\\\[|\$\$/.test(raw))
+                const c = el.querySelector('mjx-container');
+                const lazyShown = el.querySelector('mjx-lazy') && c.getBoundingClientRect().width > 0
+                    || (el.querySelector('mjx-lazy') && el.closest('article'));
+                if (!c || lazyShown
+                    || /\\\(|\\\[|\$\$/.test(raw))
                     untypeset.push(el.textContent.slice(0, 80));
             }
             for (const e of document.querySelectorAll('mjx-merror, [data-mjx-error]'))
