@@ -36,7 +36,7 @@ node_modules/.stamp: package.json package-lock.json
 vendor: node_modules/.stamp $(VENV)/.stamp
 	$(PY) tools/vendor_frontend.py
 	rm -rf assets/dist
-	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w assets/dist .
+	$(PY) -m pip wheel --quiet --no-deps -w assets/dist .
 
 # --- the book ----------------------------------------------------------------------------
 
