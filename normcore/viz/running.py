@@ -22,7 +22,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import stats
-from ..experiments import RunningSimulation
+from ..experiments.running import RunningSimulation
 from ..widgets import figure_to_png
 
 __all__ = ["simulation_figure", "simulation_png", "ema_weights_figure", "COLORS"]
