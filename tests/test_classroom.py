@@ -7,12 +7,14 @@ and executed: nothing fails but the stubs, which the checkers report as not impl
 """
 from __future__ import annotations
 
+import ast
 import copy
 import csv
 import hashlib
 import inspect
 import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -359,3 +361,62 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+# =======================================================================================
+# the student version of every chapter runs to the end
+# =======================================================================================
+def exercise_part(nb):
+    """The chapter's first code cell (its imports) and everything from its Exercises heading
+    on: the cells a student notebook changes.  The cells before the heading are the
+    chapter's own, which nbval executes; no cell outside the exercises uses a solution's
+    function (``test_no_cell_outside_the_exercises_uses_a_solution``)."""
+    start = next(i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "markdown" and re.search(r"^#+ Exercises", c.source, re.M))
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    part = copy.deepcopy(nb)
+    part.cells = [first_code] + nb.cells[start:]
+    return part
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_cell_outside_the_exercises_uses_a_solution(path):
+    source = nbformat.read(path, as_version=4)
+    names = {e.function for e in read_exercises(source) if e.function}
+    for cell in source.cells:
+        if cell.cell_type == "code" and "normcore" not in cell.metadata:
+            code = "\n".join(line for line in cell.source.splitlines()
+                             if not line.lstrip().startswith(("%", "!")))   # IPython magics
+            used = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+            assert not used & names, (path.name, used & names)
+
+
+def test_student_chapters_run_with_only_stubs_unimplemented():
+    """The student notebooks of every chapter (their exercise parts, one after the other in
+    one kernel), executed as an untouched submission: every coding exercise is reported as
+    not implemented, and no cell fails.  NORMCORE_FULL_STUDENT_RUN=1 executes each whole
+    chapter in its own kernel instead (slower)."""
+    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS]
+    if os.environ.get("NORMCORE_FULL_STUDENT_RUN") == "1":
+        runs = students
+    else:
+        parts = [exercise_part(nb) for nb in students]
+        combined = copy.deepcopy(parts[0])
+        combined.cells = [c for part in parts for c in part.cells]
+        combined.metadata["normcore"]["classroom"]["exercises"] = [
+            e for nb in parts for e in nb.metadata["normcore"]["classroom"]["exercises"]]
+        runs = [combined]
+    labels = []
+    for nb in runs:
+        rows, ran = grade_notebook(nb, "student", cell_timeout=300, timeout=900)
+        errors = {i: (e["ename"], e["evalue"]) for i, e in ran["cells"].items()
+                  if e["status"] == "error"}
+        assert not errors, errors
+        assert len(ran["cells"]) == sum(c.cell_type == "code" for c in nb.cells)
+        for row in rows:
+            expected = "not implemented" if row.op else "manual"
+            assert row.status == expected, row
+        labels += [row.exercise for row in rows]
+    for nb in students:   # every chapter has at least three exercises, all of them run
+        mine = [e["label"] for e in nb.metadata["normcore"]["classroom"]["exercises"]]
+        assert len(mine) >= 3 and set(mine) <= set(labels)
