@@ -29,6 +29,12 @@ Usage::
         caption="The highlighted cells share one mean and one variance.",
     )
 
+Every frame has a text alternative, for screen readers (WCAG 2.1, 1.1.1): ``alt=`` (a
+function of the same values as ``render``) says in one sentence what the frame shows;
+without it the frame's own words are used (an SVG's ``<title>``, a figure's titles and axis
+labels) with the control settings. On the book's site, ``assets/static/normcore-a11y.js``
+names each control by its visible label and moves toggle buttons with the arrow keys.
+
 The page-weight budget of the book is 3 MB per page, and every frame ships with the page,
 so :func:`static_widget` refuses grids that are too large (``max_frames``) or whose frames
 add up to too many bytes (``max_bytes``) with a :class:`WidgetBudgetError` that says by

@@ -121,7 +121,9 @@ def math_speech(page) -> dict:
         """() => {
             const all = Array.from(document.querySelectorAll('mjx-container'));
             const ok = all.filter(c => c.querySelector(':scope > mjx-assistive-mml > math'));
-            return {containers: all.length, assistive: ok.length,
+            const s = window.MathJax && MathJax.config && MathJax.config.options
+                      && MathJax.config.options.menuOptions && MathJax.config.options.menuOptions.settings;
+            return {containers: all.length, assistive: ok.length, setting: s ? s.assistiveMml : null,
                     missing: all.filter(c => !ok.includes(c)).map(c => c.textContent.slice(0, 60))};
         }"""
     )
