@@ -124,7 +124,7 @@ def test_math_has_assistive_mathml(audit, rel):
     assert not m["missing"], f"{rel}: equations without assistive MathML: {m['missing'][:5]}"
     if m["containers"]:
         assert m["assistive"] == m["containers"]
-        assert m["setting"] is True, f"{rel}: MathJax's assistiveMml setting is {m['setting']!r}, not on
+        assert m["setting"] is True, f"{rel}: MathJax's assistiveMml setting is {m['setting']!r}, not on"
 
 
 # --- the keyboard ----------------------------------------------------------------------------------
