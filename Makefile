@@ -58,7 +58,7 @@ book: build
 # 1. package tests and nbval (strict) on every chapter, in parallel: --dist loadfile keeps
 #    one notebook's cells in one worker (one kernel);
 # 2. a clean build of the book (warnings are errors);
-# 3. the browser tests of that fresh build.
+# 3. the browser tests of that fresh build (the site, and its accessibility).
 # pytest's exit code 5 (nothing collected) fails the target like any other non-zero code.
 
 test:
@@ -71,7 +71,7 @@ test-package: $(VENV)/.stamp
 test-site: vendor
 	rm -rf $(HTML) _build/.doctrees _build/screenshots
 	$(JB) build $(BUILD_FLAGS) .
-	$(BIN)/pytest -m site tests/test_site.py
+	$(BIN)/pytest -m site tests/test_site.py tests/test_a11y.py
 
 # --- notebooks ---------------------------------------------------------------------------
 
