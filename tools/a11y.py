@@ -45,17 +45,18 @@ def set_mode(context, page, mode: str) -> str:
 # --- axe -----------------------------------------------------------------------------------------
 
 
-def run_axe(page, tags=WCAG21_AA) -> list[dict]:
-    """Run axe-core on the whole page with the rules of `tags`; return its violations, each
+def run_axe(page, tags=WCAG21_AA, within: str | None = None) -> list[dict]:
+    """Run axe-core with the rules of `tags` on the whole page (or on the elements matching
+    the CSS selector `within`); return its violations, each
     {rule, impact, help, url, nodes: [{target, html, summary}]}."""
     if not AXE_JS.is_file():
         raise FileNotFoundError(f"{AXE_JS} is missing: run `npm ci` (axe-core is pinned in package.json)")
     if not page.evaluate("() => !!window.axe"):
         page.add_script_tag(path=str(AXE_JS))
     return page.evaluate(
-        """async (tags) => {
-            const r = await axe.run(document, {runOnly: {type: 'tag', values: tags},
-                                               resultTypes: ['violations']});
+        """async ([tags, within]) => {
+            const r = await axe.run(within ? {include: [within]} : document,
+                                    {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
             return r.violations.map(v => ({
                 rule: v.id, impact: v.impact, help: v.help, url: v.helpUrl,
                 nodes: v.nodes.map(n => ({target: n.target.map(String).join(' '),
@@ -63,7 +64,7 @@ def run_axe(page, tags=WCAG21_AA) -> list[dict]:
                                           summary: (n.failureSummary || '').replace(/\\s+/g, ' ').trim()})),
             }));
         }""",
-        list(tags),
+        [list(tags), within],
     )
 
 
@@ -146,6 +147,15 @@ _NAME_JS = """
         : ctl.querySelector('.noUi-handle') ? 'slider' : ctl.querySelector('select') ? 'dropdown' : 'other';
     const focusTarget = ctl => ({toggle: ctl.querySelector('[role=radiogroup]'),
         slider: ctl.querySelector('.noUi-handle'), dropdown: ctl.querySelector('select')})[kindOf(ctl)];
+    const positionOf = ctl => {
+        const k = kindOf(ctl);
+        if (k === 'toggle') { const b = Array.from(ctl.querySelectorAll('button'));
+                              return [b.findIndex(x => x.classList.contains('mod-active')), b.length]; }
+        if (k === 'slider') { const h = ctl.querySelector('.noUi-handle'), g = a => Math.round(parseFloat(h.getAttribute(a)));
+                              return [g('aria-valuenow') - g('aria-valuemin'), g('aria-valuemax') - g('aria-valuemin') + 1]; }
+        if (k === 'dropdown') { const s = ctl.querySelector('select'); return [s.selectedIndex, s.options.length]; }
+        return [null, null];
+    };
     const valueOf = ctl => {
         const k = kindOf(ctl);
         if (k === 'toggle') { const b = ctl.querySelector('button.mod-active'); return b ? b.textContent.trim() : null; }
@@ -162,7 +172,8 @@ _CONTROL_NAMES_JS = "(only) => {" + _NAME_JS + """
         w.querySelectorAll('.normcore-control').forEach((ctl, c) => {
             const label = ctl.querySelector(':scope > label.widget-label');
             out.push({widget: k, control: c, kind: kindOf(ctl), label: label ? label.textContent.trim() : '',
-                      name: nameOf(focusTarget(ctl)), value: valueOf(ctl)});
+                      name: nameOf(focusTarget(ctl)), value: valueOf(ctl),
+                      index: positionOf(ctl)[0], count: positionOf(ctl)[1]});
         });
     });
     return out;
