@@ -368,6 +368,8 @@ def demo_site(tmp_path_factory):
     for name in ("references.bib", "logo.svg", "favicon.png"):
         shutil.copy(ROOT / "assets" / name, src / "assets" / name)
     shutil.copytree(ROOT / "assets" / "static", src / "assets" / "static")
+    shutil.copytree(ROOT / "assets" / "root", src / "assets" / "root")
+    shutil.copytree(ROOT / "_templates", src / "_templates")
     shutil.copytree(vendor, src / "assets" / "_vendor")
     (src / "_toc.yml").write_text(
         "format: jb-book\nroot: good\nchapters:\n  - file: frozen\n  - file: bad\n", encoding="utf-8"
