@@ -1628,3 +1628,253 @@ def reference(op: str, convention: str = "original") -> Callable:
         return _OPS["batch_norm_backward"].reference(
             _Case("", "", {"dy": dy, "x": x, "gamma": gamma}, tuple(x.shape), x.dtype, eps))
     return batch_norm_backward
+
+
+# =======================================================================================
+# InstanceNorm chapter: adaptive_instance_norm (AdaIN)                   [begin IN block]
+# =======================================================================================
+# The student writes f(content, style, eps) -> y, with IN's statistics on both images and
+# sqrt(var + eps) on both sides (normcore.functional.adaptive_instance_norm, alpha = 1).
+# Each mistake is one knob of _AdaINOp.evaluate: which set the statistics are taken over,
+# which image they come from, the variance's correction, where eps goes.
+
+_ADAIN = "adaptive_instance_norm"
+_ADAIN_ENTRIES = [
+    Misconception(
+        "adain_style_from_content", "style statistics taken from the content image", (_ADAIN,),
+        "scaled and shifted with the content's own mean and std instead of the style's "
+        "(the output is the content, unchanged)",
+        "You de-normalized with the content's own mean and standard deviation: your output is "
+        "the content image, unchanged (up to eps).",
+        "AdaIN gives each channel of the content the statistics of the *style*: "
+        "`std(style) * (content - mean(content)) / std(content) + mean(style)`. The content's "
+        "statistics are only used to normalize it.",
+        "Compute mean and std of `style` over its own spatial dims, and use them for the "
+        "scale and the shift."),
+    Misconception(
+        "adain_stats_swapped", "content and style statistics swapped", (_ADAIN,),
+        "normalized the content with the style's statistics and de-normalized with the "
+        "content's: std(x) * (x - mean(y)) / std(y) + mean(x)",
+        "You normalized the content with the style's mean and std, and scaled and shifted it "
+        "with the content's: `std(content) * (content - mean(style)) / std(style) + "
+        "mean(content)`.",
+        "Normalizing must use the statistics of the tensor being normalized (the content), so "
+        "that x_hat has mean 0 and std 1; then the style's statistics are put in.",
+        "`std(style) * (content - mean(content)) / std(content) + mean(style)`."),
+    Misconception(
+        "adain_args_swapped", "content and style images swapped", (_ADAIN,),
+        "returned AdaIN(style, content): the style image with the content's statistics",
+        "You stylized the style image with the content's statistics: your output is "
+        "AdaIN(style, content).",
+        "The output keeps the content's spatial structure (its x_hat) and takes only the "
+        "channel statistics from the style: its shape is the content's.",
+        "Normalize `content` and give it the statistics of `style`, not the other way round."),
+    Misconception(
+        "adain_batch_set", "BatchNorm's set: statistics over the batch", (_ADAIN,),
+        "mean and std per channel over (N, H, W) (BatchNorm's set) instead of per sample and "
+        "channel over (H, W)",
+        "You computed each mean and std per channel over the whole batch and the positions, "
+        "{batch_dims}, which is how BatchNorm groups the elements.",
+        "AdaIN uses InstanceNorm's statistics: one mean and std per sample and channel, over "
+        "the positions only, so that each sample gets the style of its own style image.",
+        "Reduce over the spatial dims only: `dim=tuple(range(2, x.dim()))`, with "
+        "keepdim=True, for both images."),
+    Misconception(
+        "adain_layer_set", "LayerNorm's set: statistics over all channels", (_ADAIN,),
+        "mean and std per sample over (C, H, W) (LayerNorm's set) instead of per channel over "
+        "(H, W)",
+        "You computed each mean and std per sample over all channels and positions, "
+        "{layer_dims}, which is how LayerNorm groups the elements.",
+        "Style lives in the per-channel statistics: AdaIN gives each channel its own mean and "
+        "std (InstanceNorm's set, over the positions only); one mean and std for all channels "
+        "would keep the content's colour balance.",
+        "Reduce over the spatial dims only: `dim=tuple(range(2, x.dim()))`, with "
+        "keepdim=True, for both images."),
+    Misconception(
+        "adain_style_no_eps", "eps left out of the style's std", (_ADAIN,),
+        "scaled by sqrt(var(style)) instead of sqrt(var(style) + eps)",
+        "You scaled by the style's std without eps, `sqrt(var(style))`.",
+        "This exercise (and normcore.functional.adaptive_instance_norm) puts eps on both "
+        "sides, `sqrt(var + eps)`, so that AdaIN(x, x) == x exactly. Set {eps_case} has a "
+        "nearly constant style channel and eps = {eps_value}, where the two differ.",
+        "Scale by `torch.sqrt(var_style + eps)`."),
+]
+_ENTRIES += _ADAIN_ENTRIES
+# mistakes the forward norms share, which AdaIN's checker recognizes too
+for _i, _m in enumerate(_ENTRIES):
+    if _m.key in ("unbiased_var", "eps_outside_sqrt", "no_eps"):
+        _ENTRIES[_i] = dataclasses.replace(_m, ops=_m.ops + (_ADAIN,))
+CATALOGUE.clear()
+CATALOGUE.update({m.key: m for m in _ENTRIES})
+_ABBR[_ADAIN] = "AdaIN"
+
+
+class _AdaINOp(_Op):
+    name = _ADAIN
+    call_text = "f(content, style, eps)"
+    input_name = "content"
+    ndims_allowed = (3, 4)
+    ndims_default = (4,)
+
+    # content shape, style shape (per rank): the first pair equal, the second not
+    _SHAPES = {3: [((2, 3, 6), (2, 3, 6)), ((3, 2, 5), (3, 2, 7))],
+               4: [((2, 3, 4, 5), (2, 3, 4, 5)), ((3, 4, 3, 4), (3, 4, 5, 2))]}
+
+    def cases(self, o):
+        g = torch.Generator().manual_seed(o["seed"])
+        names = iter("ABCDEFGHIJ")
+        out = []
+
+        def make(shape_x, shape_y, dtype, eps, kind, extra=""):
+            x = _structured(g, shape_x, dtype)
+            y = (3.0 + 2.0 * _structured(g, shape_y, torch.float64)).to(dtype)
+            label = (f"content of shape {_shape(shape_x)}, style {_shape(shape_y)}, "
+                     f"{_dt(dtype)}{extra}")
+            return _Case(next(names), label, {"content": x, "style": y}, shape_x, dtype, eps,
+                         None, kind)
+
+        for d in o["ndims"]:
+            for sx, sy in self._SHAPES[d]:
+                out.append(make(sx, sy, torch.float64, 1e-5, "regular"))
+        top = max(o["ndims"])
+        sx, sy = self._SHAPES[top][1]
+        out.append(make(sx, sy, torch.float32, 1e-5, "float32"))
+        # a nearly constant style channel and a large eps: only there does eps matter
+        sx, sy = self._SHAPES[top][0]
+        c = make(sx, sy, torch.float64, 1e-3, "nearzero",
+                 ", eps=0.001; channel 1 of style sample 0 is nearly constant (std 1e-3)")
+        y = c.args["style"]
+        y[0, 1] = 0.5 + 1e-3 * _draw(g, tuple(y[0, 1].shape))
+        out.append(c)
+        return out
+
+    def reference(self, c):
+        return (functional.adaptive_instance_norm(c.args["content"], c.args["style"],
+                                                  eps=c.eps),)
+
+    def call(self, fn, c):
+        return fn(c.args["content"].clone(), c.args["style"].clone(), c.eps)
+
+    def call_hint(self, o):
+        shapes = {3: "(N, C, L)", 4: "(N, C, H, W)"}
+        return ("The checker calls f(content, style, eps) with content and style of shape "
+                + " and ".join(shapes[d] for d in o["ndims"])
+                + " (the same N and C; the style's spatial size may differ).")
+
+    def base_spec(self, o):
+        return {"set": "instance", "source": "right", "correction": 0, "eps_mode": "inside",
+                "eps": "given", "style_eps": True}
+
+    def candidates(self, o, cases):
+        return [
+            _cand("adain_style_from_content", {"source": "content"}),
+            _cand("adain_stats_swapped", {"source": "stats_swapped"}),
+            _cand("adain_args_swapped", {"source": "args_swapped"}),
+            _cand("adain_batch_set", {"set": "batch"}),
+            _cand("adain_layer_set", {"set": "layer"}),
+            _cand("unbiased_var", {"correction": 1}),
+            _cand("eps_outside_sqrt", {"eps_mode": "outside"}),
+            _cand("no_eps", {"eps": "none", "eps_mode": "inside"}),
+            _cand("adain_style_no_eps", {"style_eps": False}),
+        ]
+
+    @staticmethod
+    def _stats(t, spec, eps, with_eps=True):
+        lay = axes.layout(spec["set"], t.shape)
+        tv = t.reshape(lay.view_shape)
+        mean = tv.mean(lay.reduce_dims, keepdim=True)
+        var = ((tv - mean) ** 2).sum(lay.reduce_dims, keepdim=True) / (
+            lay.set_size - spec["correction"])
+        if not with_eps:
+            std = var.sqrt()
+        elif spec["eps_mode"] == "inside":
+            std = (var + eps).sqrt()
+        else:
+            std = var.sqrt() + eps
+        return mean, std
+
+    def evaluate(self, spec, c):
+        x, y = c.args["content"], c.args["style"]
+        eps = {"given": c.eps, "none": 0.0}[spec["eps"]]
+        src = spec["source"]
+        if src == "args_swapped":
+            if x.shape != y.shape:
+                return None
+            x, y = y, x
+        mx, sx = self._stats(x, spec, eps)
+        my, sy = self._stats(y, spec, eps, spec["style_eps"])
+        if src == "content":
+            my, sy = mx, self._stats(x, spec, eps, spec["style_eps"])[1]
+        elif src == "stats_swapped":
+            mx, sx, my, sy = my, self._stats(y, spec, eps)[1], mx, self._stats(x, spec, eps)[1]
+        return ((sy * (x - mx) / sx + my).to(c.dtype),)
+
+    def context(self, o, cases):
+        near = next(c for c in cases if c.kind == "nearzero")
+        big = max(o["ndims"])
+        spatial = _spatial_names(big - 2)
+        return {
+            "norm": "AdaIN", "eps_case": near.name, "eps_value": _g(near.eps),
+            "eps_where": " for both images",
+            "batch_dims": _tuple_text(["N"] + spatial),
+            "layer_dims": _tuple_text(["C"] + spatial),
+            "unbiased_why": (
+                "AdaIN, like InstanceNorm, uses the biased variance (divide by the number of "
+                "positions n). The widely copied AdaIN code calls `x.var(dim=2)`, which is "
+                "unbiased (n - 1); this exercise and normcore use the biased one, as every "
+                "norm layer does. For a 4 x 5 feature map the stds differ by 2.6%."),
+        }
+
+
+_OPS_LIST.append(_AdaINOp())
+OPS[_ADAIN] = _OPS_LIST[-1].call_text
+_OPS[_ADAIN] = _OPS_LIST[-1]
+
+_reference_norms = reference
+
+
+def reference(op: str, convention: str = "original") -> Callable:  # noqa: F811
+    """A correct function with the student's signature, built on :mod:`normcore.functional`
+    (what :func:`check` compares against)."""
+    if op == _ADAIN:
+        return lambda content, style, eps: functional.adaptive_instance_norm(
+            content, style, eps=eps)
+    return _reference_norms(op, convention)
+_check_norms = check
+
+
+def check(op: str, student_fn: Callable, **options) -> Report:  # noqa: F811
+    """Run ``student_fn`` and the reference for ``op`` on seeded inputs; say what is wrong.
+
+    Returns a :class:`Report`; ``print(report)`` gives the plain-text verdict.  Options:
+    ``seed`` (int, default 0), ``ndims`` (the input ranks to test, e.g. ``(4,)``) and, for
+    ``weight_standardize``, ``convention`` (``"original"``, ``"bit"``, ``"timm"``).
+    """
+    report = _check_norms(op, student_fn, **options)
+    if op == _ADAIN and report.kind == "shape" and _adain_args_swapped(student_fn, options):
+        # an output of the style's shape: the shape check spoke first, but the mistake has
+        # a name
+        spec = _OPS[op]
+        o = spec.parse_options(options)
+        cases = spec.cases(o)
+        cand = _cand("adain_args_swapped", {"source": "args_swapped"})
+        return _report_misconception(spec, spec.context(o, cases), cand,
+                                     {"text": None, "max": None}, cases)
+    return report
+
+
+def _adain_args_swapped(fn, options) -> bool:
+    """Does ``fn(content, style, eps)`` compute AdaIN(style, content) on every test set?"""
+    spec = _OPS[_ADAIN]
+    o = spec.parse_options(options)
+    for c in spec.cases(o):
+        try:
+            got = spec.call(fn, c)
+        except Exception:  # noqa: BLE001
+            return False
+        want = functional.adaptive_instance_norm(c.args["style"], c.args["content"], eps=c.eps)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape \
+                or not bool(_close(got.detach(), want, c.dtype).all()):
+            return False
+    return True
+# [end IN block] ========================================================================
