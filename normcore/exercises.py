@@ -1857,9 +1857,12 @@ def check(op: str, student_fn: Callable, **options) -> Report:  # noqa: F811
         spec = _OPS[op]
         o = spec.parse_options(options)
         cases = spec.cases(o)
+        # the error, measured where content and style have the same shape
+        same = [c for c in cases if c.args["content"].shape == c.args["style"].shape]
+        outs = [(spec.call(student_fn, c).detach(),) for c in same]
+        err = _largest_error(spec, same, outs, [spec.reference(c) for c in same])
         cand = _cand("adain_args_swapped", {"source": "args_swapped"})
-        return _report_misconception(spec, spec.context(o, cases), cand,
-                                     {"text": None, "max": None}, cases)
+        return _report_misconception(spec, spec.context(o, cases), cand, err, cases)
     return report
 
 

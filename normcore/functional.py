@@ -497,11 +497,11 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
         raise ValueError(f"{fn}: alpha must be a number in [0, 1], got {alpha!r}")
     _verify_spatial_size(input.shape, fn)
     _verify_spatial_size(style.shape, fn)
-    xhat = normalize(input, lay, eps).output                    # (x - mu(x)) / sqrt(var(x) + eps)
-    mu_y, s_y = instance_stats(style, eps, fn)                  # (N, C, 1, ...)
-    if style.dtype != input.dtype:
-        mu_y, s_y = mu_y.to(input.dtype), s_y.to(input.dtype)
+    # float16 / bfloat16 are computed in float32 and cast back, as in normalize
+    cdt = torch.float32 if input.dtype in _LOW_PRECISION else input.dtype
+    xhat = normalize(input, lay, eps).output.to(cdt)            # (x - mu(x)) / sqrt(var(x) + eps)
+    mu_y, s_y = (t.to(cdt) for t in instance_stats(style, eps, fn))     # (N, C, 1, ...)
     y = xhat * s_y + mu_y                                       # s(y) x_hat + mu(y)
-    if alpha == 1:
-        return y
-    return alpha * y + (1 - alpha) * input
+    if alpha != 1:
+        y = alpha * y + (1 - alpha) * input.to(cdt)
+    return y.to(input.dtype)

@@ -456,6 +456,11 @@ DIAGNOSES = [
      ["std + eps"]),
 ]
 
+# --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py
+from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
+
+DIAGNOSES += ADAIN_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -505,7 +510,7 @@ CORRECT = [
     ("weight_standardize", ws_bit, {"convention": "bit"}),
     ("weight_standardize", ws_bit, {"convention": "timm"}),
     ("batch_norm", bn_correct, {"ndims": (4,), "seed": 3}),
-]
+] + ADAIN_CORRECT
 
 
 @pytest.mark.parametrize("op", list(ex.OPS))

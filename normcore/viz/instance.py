@@ -4,7 +4,7 @@ r"""Pictures for the InstanceNorm chapter, on two real photographs.
   inside its wheel, no download), downscaled, as a float64 tensor ``(2, 3, H, W)`` in
   :math:`[0, 1]`.
 * :func:`adjust`: change an image's contrast and brightness, an affine map per channel.
-* :func:`normalized`: the china photo, adjusted, after no norm, BatchNorm (in a batch with the
+* :func:`normalized`: the temple photo, adjusted, after no norm, BatchNorm (in a batch with the
   unadjusted flower photo), InstanceNorm or LayerNorm; :func:`contrast_figure` draws it with
   the histograms of its three channels (the frames of the chapter's first widget).
 * :func:`adain_figure`: content, style, and AdaIN's output with the content-style trade-off
@@ -20,18 +20,21 @@ from __future__ import annotations
 import functools
 import numbers
 
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
 from .. import functional as F
 from ..widgets import figure_to_png
 
-__all__ = ["PHOTO_NAMES", "NORMS", "NORM_TITLES", "FRAME_WIDTH", "photos", "adjust",
+__all__ = ["PHOTO_NAMES", "PHOTO_LABELS", "NORMS", "NORM_TITLES", "FRAME_WIDTH", "photos", "adjust",
            "normalized", "to_display", "contrast_figure", "adain_figure", "frame_png",
            "size_frames", "feature_stats_figure"]
 
-#: The two photographs, in the order of :func:`photos`.
+#: The two photographs, in the order of :func:`photos` (scikit-learn's file names).
 PHOTO_NAMES = ("china", "flower")
+#: What they show: the names the chapter uses.
+PHOTO_LABELS = {"china": "temple", "flower": "flower"}
 #: The norms of the contrast widget.
 NORMS = ("none", "batch", "instance", "layer")
 NORM_TITLES = {"none": "no norm (the input)", "batch": "BatchNorm, batch of both photos",
@@ -54,8 +57,8 @@ def _photos(height: int) -> torch.Tensor:
         img = Image.fromarray(arr)
         width = round(height * img.width / img.height)
         img = img.resize((width, height), Image.Resampling.LANCZOS)
-        t = torch.tensor(list(img.getdata()), dtype=torch.float64)  # (H*W, 3)
-        out.append(t.T.reshape(3, height, width) / 255.0)
+        t = torch.tensor(np.asarray(img), dtype=torch.float64)      # (H, W, 3)
+        out.append(t.permute(2, 0, 1) / 255.0)
     return torch.stack(out)
 
 
@@ -74,12 +77,12 @@ def adjust(x: torch.Tensor, contrast: float = 1.0, brightness: float = 0.0) -> t
     """
     if not contrast > 0:
         raise ValueError(f"adjust: contrast must be > 0, got {contrast!r}")
-    return 0.5 + contrast * (x - 0.5) + brightness
+    return contrast * x + (0.5 * (1 - contrast) + brightness)      # a x + b
 
 
 def normalized(norm: str, contrast: float = 1.0, brightness: float = 0.0,
                height: int = 72) -> torch.Tensor:
-    """The china photo, adjusted, after ``norm``: ``(3, H, W)``.
+    """The temple photo (``china.jpg``), adjusted, after ``norm``: ``(3, H, W)``.
 
     ``"batch"`` normalizes it in one batch with the *unadjusted* flower photo (training mode,
     batch statistics), ``"instance"`` and ``"layer"`` on its own (LayerNorm over
@@ -156,7 +159,8 @@ def adain_figure(content: str, style: str, alpha: float, height: int = 72) -> Fi
     fig = Figure(figsize=(FRAME_WIDTH / _DPI, 3.9))
     fig.subplots_adjust(left=0.02, right=0.98, top=0.93, bottom=0.02, hspace=0.3, wspace=0.06)
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.9])
-    for k, (img, title) in enumerate(((x[0], f"content: {content}"), (s[0], f"style: {style}"))):
+    for k, (img, title) in enumerate(((x[0], f"content: {PHOTO_LABELS[content]}"),
+                                      (s[0], f"style: {PHOTO_LABELS[style]}"))):
         ax = fig.add_subplot(grid[0, k])
         ax.imshow(to_display(img, "none").numpy(), interpolation="nearest")
         ax.set_title(title, fontsize=_FONT)
