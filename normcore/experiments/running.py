@@ -36,9 +36,9 @@ from typing import Iterable
 
 import torch
 
-from . import functional as F
-from . import stats
-from .nn import BatchNorm1d
+from .. import functional as F
+from .. import stats
+from ..nn import BatchNorm1d
 
 __all__ = [
     "Population", "BEFORE", "AFTER", "MOMENTA", "BATCH_SIZES", "STEPS", "SHIFT_STEP",
