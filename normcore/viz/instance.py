@@ -13,7 +13,8 @@ r"""Pictures for the InstanceNorm chapter, on two real photographs.
 Every number comes from :mod:`normcore.functional`; nothing here recomputes a norm.  Figures
 are plain :class:`matplotlib.figure.Figure` objects; :func:`frame_png` renders one at twice
 the display resolution, so that a frame shown at :data:`FRAME_WIDTH` CSS pixels stays sharp on
-HiDPI screens, and its text (at least 9.5 pt at 80 px per inch) is at least 10 px tall.
+HiDPI screens, and its text (at least 10.5 pt at 80 px per inch) is at least 10 px tall even
+where a phone's column shrinks the frame to 332 px.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ NORM_TITLES = {"none": "no norm (the input)", "batch": "BatchNorm, batch of both
 FRAME_WIDTH = 360
 _DPI = 80                  # CSS px per inch of the figures
 _CHANNEL_COLORS = ("#d62728", "#2ca02c", "#1f77b4")
-_FONT = 9.5                # pt; at 80 px per inch that is 10.6 px
+_FONT = 10.5               # pt; at 80 px per inch 11.7 px, 10.8 px in a 332 px phone column
 
 
 @functools.lru_cache(maxsize=4)
@@ -116,6 +117,7 @@ def _hist(ax, y: torch.Tensor, norm: str) -> None:
         h = torch.histogram(y[c].flatten().clamp(lo, hi), bins=bins, density=True).hist
         ax.plot(centers, h.numpy(), color=col, lw=1.4, label=name)
     ax.set_xlim(lo, hi)
+    ax.set_xticks([-0.5, 0.0, 0.5, 1.0, 1.5] if norm == "none" else [-3, -2, -1, 0, 1, 2, 3])
     ax.set_ylim(0, 4.0 if norm == "none" else 1.3)
     ax.set_yticks([])
     ax.tick_params(labelsize=_FONT, length=2)
@@ -138,7 +140,7 @@ def contrast_figure(contrast: float, brightness: float, norm: str, height: int =
     means and standard deviations (R G B), and the histograms of its three channels."""
     y = normalized(norm, contrast, brightness, height)
     fig = Figure(figsize=(FRAME_WIDTH / _DPI, 4.3))
-    fig.subplots_adjust(left=0.04, right=0.96, top=0.93, bottom=0.1, hspace=0.35)
+    fig.subplots_adjust(left=0.05, right=0.95, top=0.93, bottom=0.11, hspace=0.4)
     ax_img, ax_h = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.55, 1]})
     ax_img.imshow(to_display(y, norm).numpy(), interpolation="nearest")
     ax_img.set_axis_off()
