@@ -222,14 +222,15 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
 
     .. math::
 
-        \operatorname{AdaIN}(x, y)_{nc} = s_{nc}(y)\,
-            \frac{x_{nc} - \mu_{nc}(x)}{\sqrt{\sigma_{nc}^2(x) + \epsilon}} + \mu_{nc}(y),
-        \qquad s_{nc}(y) = \sqrt{\sigma_{nc}^2(y) + \epsilon},
+        \operatorname{AdaIN}(x, v)_{nc} = s_{nc}(v)\,
+            \frac{x_{nc} - \mu_{nc}(x)}{\sqrt{\sigma_{nc}^2(x) + \epsilon}} + \mu_{nc}(v),
+        \qquad s_{nc}(v) = \sqrt{\sigma_{nc}^2(v) + \epsilon},
 
-    with InstanceNorm's statistics (biased variance, over the spatial dims).  :math:`\epsilon`
-    on both sides makes ``AdaIN(x, x) == x``.  With ``alpha`` < 1 the output is
-    ``alpha * AdaIN(x, y) + (1 - alpha) * x``, the paper's content-style trade-off; for this
-    formula it is the same as interpolating the statistics themselves.
+    for content :math:`x` and style :math:`v`, with InstanceNorm's statistics (biased variance,
+    over the spatial dims).  :math:`\epsilon` on both sides makes ``AdaIN(x, x) == x``.  With
+    ``alpha`` < 1 the output is ``alpha * AdaIN(x, v) + (1 - alpha) * x``, the paper's
+    content-style trade-off; for this formula it is the same as interpolating the statistics
+    themselves.
 
     Args:
         input: the content, ``(N, C, *spatial)`` with at least one spatial dim.
