@@ -14,6 +14,7 @@ from PIL import Image  # noqa: E402
 
 import normcore.functional as F  # noqa: E402
 from normcore.viz import instance as vi  # noqa: E402
+from normcore.widgets import figure_to_png  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -72,15 +73,15 @@ def test_frames_are_small_2x_pngs_with_readable_text(make):
     assert fig.get_figwidth() * 80 == vi.FRAME_WIDTH
     sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
     assert sizes and min(sizes) * 80 / 72 >= 10          # >= 10 px as displayed
-    png = vi.frame_png(fig)
+    png = figure_to_png(fig, dpi=160, colors=128)         # as static_widget renders it
     assert png.startswith(PNG) and len(png) < 40_000
     w, h = Image.open(io.BytesIO(png)).size
     assert w == 2 * vi.FRAME_WIDTH                         # twice the display width
 
 
 def test_frames_are_deterministic():
-    a = vi.frame_png(vi.adain_figure("flower", "china", 1.0))
-    b = vi.frame_png(vi.adain_figure("flower", "china", 1.0))
+    a = figure_to_png(vi.adain_figure("flower", "china", 1.0), dpi=160)
+    b = figure_to_png(vi.adain_figure("flower", "china", 1.0), dpi=160)
     assert a == b
 
 
@@ -90,11 +91,11 @@ def test_feature_stats_figure():
     assert isinstance(fig, Figure) and len(fig.axes) == 2
 
 
-def test_size_frames_sets_the_display_width():
+def test_widget_frames_are_shown_at_the_frame_width():
     from normcore.widgets import static_widget
 
-    w = static_widget(lambda a: vi.frame_png(vi.adain_figure("china", "china", a)),
-                      {"a": [0.0, 1.0]})
-    vi.size_frames(w)
+    w = static_widget(lambda a: vi.adain_figure("china", "china", a), {"a": [0.0, 1.0]},
+                      colors=128)
     for frame in w.frames.values():
         assert frame.layout.width == f"{vi.FRAME_WIDTH}px" and frame.layout.max_width == "100%"
+        assert Image.open(io.BytesIO(frame.value)).size[0] == 2 * vi.FRAME_WIDTH

@@ -11,10 +11,10 @@ r"""Pictures for the InstanceNorm chapter, on two real photographs.
   ``alpha`` (the frames of the second widget).
 
 Every number comes from :mod:`normcore.functional`; nothing here recomputes a norm.  Figures
-are plain :class:`matplotlib.figure.Figure` objects; :func:`frame_png` renders one at twice
-the display resolution, so that a frame shown at :data:`FRAME_WIDTH` CSS pixels stays sharp on
-HiDPI screens, and its text (at least 10.5 pt at 80 px per inch) is at least 10 px tall even
-where a phone's column shrinks the frame to 332 px.
+are plain :class:`matplotlib.figure.Figure` objects, :data:`FRAME_WIDTH` CSS pixels wide at
+80 px per inch (:func:`normcore.widgets.static_widget` renders them at twice that for HiDPI
+screens); their text, at least 10.5 pt, is at least 10 px tall even where a phone's column
+shrinks a frame to 332 px.
 """
 from __future__ import annotations
 
@@ -26,11 +26,10 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import functional as F
-from ..widgets import figure_to_png
 
 __all__ = ["PHOTO_NAMES", "PHOTO_LABELS", "NORMS", "NORM_TITLES", "FRAME_WIDTH", "photos", "adjust",
-           "normalized", "to_display", "contrast_figure", "adain_figure", "frame_png",
-           "size_frames", "feature_stats_figure"]
+           "normalized", "to_display", "contrast_figure", "adain_figure",
+           "feature_stats_figure"]
 
 #: The two photographs, in the order of :func:`photos` (scikit-learn's file names).
 PHOTO_NAMES = ("china", "flower")
@@ -192,18 +191,3 @@ def feature_stats_figure(mu_c, s_c, mu_s, s_s, mu_o, s_o) -> Figure:
         ax.grid(True, lw=0.4, alpha=0.5)
     axs[0].legend(fontsize=_FONT - 1, frameon=False)
     return fig
-
-
-def frame_png(fig: Figure, colors: int | None = 256) -> bytes:
-    """A frame as a PNG at twice the display resolution (160 px per inch)."""
-    return figure_to_png(fig, dpi=2 * _DPI, colors=colors)
-
-
-def size_frames(widget, width: int = FRAME_WIDTH):
-    """Show every PNG frame of a static widget at ``width`` CSS px (the PNG is 2x that), never
-    wider than its column."""
-    for frame in widget.frames.values():
-        frame.layout.width = f"{width}px"
-        frame.layout.max_width = "100%"
-        frame.layout.height = "auto"
-    return widget
