@@ -525,6 +525,11 @@ DIAGNOSES = [
     ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["n ** 2"]),
 ]
 
+# --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py
+from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
+
+DIAGNOSES += ADAIN_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -577,7 +582,7 @@ CORRECT = [
     ("fold_bn", fold_correct, {}),
     ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
     ("chan_merge", chan_correct, {}),
-]
+] + ADAIN_CORRECT
 
 
 @pytest.mark.parametrize("op", list(ex.OPS))

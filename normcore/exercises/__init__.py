@@ -96,6 +96,7 @@ module                      what it holds
 :mod:`.ws`                  op ``weight_standardize``
 :mod:`.running`             op ``running_update``
 :mod:`.backward`            op ``batch_norm_backward``
+:mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
@@ -129,7 +130,7 @@ from .report import Report
 
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
-FAMILIES = ("forward", "ws", "running", "backward")
+FAMILIES = ("forward", "ws", "running", "backward", "adain")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family
