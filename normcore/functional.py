@@ -203,15 +203,15 @@ def weight_standardize(weight, eps=None, *, convention="original"):
 __all__ += ["adaptive_instance_norm", "instance_stats"]
 
 
-def instance_stats(input, eps: float = 0.0, fn: str = "instance_stats"):
+def instance_stats(input, eps: float = 0.0, caller: str = "instance_stats"):
     r"""Per ``(n, c)`` mean and standard deviation over the spatial dims, shape
     ``(N, C, 1, ...)``: :math:`\mu_{nc}` and :math:`\sqrt{\sigma_{nc}^2 + \epsilon}` with the
     biased variance, from :func:`normalize_formula` over InstanceNorm's sets (so they carry
     gradients).  ``eps=0`` gives the plain standard deviation."""
-    checks.check_float(input, "input", fn)
-    checks.check_nc(input, fn, 3)
+    checks.check_float(input, "input", caller)
+    checks.check_nc(input, caller, 3)
     if eps:
-        checks.check_eps(eps, fn)
+        checks.check_eps(eps, caller)
     out = normalize_formula(input, axes.layout("instance", input.shape), 1.0)
     return out.mean, (out.var + eps).sqrt()
 
@@ -240,27 +240,27 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
     Shape:
         the output has the shape of ``input``.
     """
-    fn = "adaptive_instance_norm"
-    lay = checks.instance_norm_layout(input, eps=eps, fn=fn)
-    checks.check_float(style, "style", fn)
+    caller = "adaptive_instance_norm"
+    lay = checks.instance_norm_layout(input, eps=eps, caller=caller)
+    checks.check_float(style, "style", caller)
     if style.dim() < 3:
         raise ValueError(
-            f"{fn}: expected a style of shape (N, C, *spatial) with at least one spatial dim, "
+            f"{caller}: expected a style of shape (N, C, *spatial) with at least one spatial dim, "
             f"got shape {tuple(style.shape)}")
     if tuple(style.shape[:2]) != tuple(input.shape[:2]):
         raise ValueError(
-            f"{fn}: content has (N, C) = {tuple(input.shape[:2])} but style has "
+            f"{caller}: content has (N, C) = {tuple(input.shape[:2])} but style has "
             f"{tuple(style.shape[:2])}; each sample's channel c takes the statistics of the "
             f"style's channel c of the same sample, so N and C must agree (the spatial sizes "
             f"may differ). For one style image, use style.expand(N, -1, ...)")
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
-        raise ValueError(f"{fn}: alpha must be a number in [0, 1], got {alpha!r}")
-    checks.verify_spatial_size(input.shape, fn)
-    checks.verify_spatial_size(style.shape, fn)
+        raise ValueError(f"{caller}: alpha must be a number in [0, 1], got {alpha!r}")
+    checks.verify_spatial_size(input.shape, caller)
+    checks.verify_spatial_size(style.shape, caller)
     # float16 / bfloat16 are computed in float32 and cast back, as in normalize
     cdt = compute_dtype(input.dtype)
     xhat = normalize(input, lay, eps).output.to(cdt)            # (x - mu(x)) / sqrt(var(x) + eps)
-    mu_y, s_y = (t.to(cdt) for t in instance_stats(style, eps, fn))     # (N, C, 1, ...)
+    mu_y, s_y = (t.to(cdt) for t in instance_stats(style, eps, caller))     # (N, C, 1, ...)
     y = xhat * s_y + mu_y                                       # s(y) x_hat + mu(y)
     if alpha != 1:
         y = alpha * y + (1 - alpha) * input.to(cdt)

@@ -2,7 +2,9 @@
 widget, the frames (2x PNGs with readable text) and bad arguments."""
 from __future__ import annotations
 
+import base64
 import io
+import re
 
 import matplotlib
 import pytest
@@ -97,5 +99,11 @@ def test_widget_frames_are_shown_at_the_frame_width():
     w = static_widget(lambda a: vi.adain_figure("china", "china", a), {"a": [0.0, 1.0]},
                       colors=128)
     for frame in w.frames.values():
-        assert frame.layout.width == f"{vi.FRAME_WIDTH}px" and frame.layout.max_width == "100%"
-        assert Image.open(io.BytesIO(frame.value)).size[0] == 2 * vi.FRAME_WIDTH
+        # a PNG frame is an <img alt=...> (widgets.py): shown at FRAME_WIDTH css px, at most
+        # the column's width, with twice the pixels (HiDPI)
+        img = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="[^"]+" style="([^"]+)"',
+                        frame.value)
+        assert img, frame.value[:200]
+        assert f"width:{vi.FRAME_WIDTH}px" in img.group(2) and "max-width:100%" in img.group(2)
+        png = base64.b64decode(img.group(1))
+        assert Image.open(io.BytesIO(png)).size[0] == 2 * vi.FRAME_WIDTH
