@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -420,3 +421,83 @@ def test_student_chapters_run_with_only_stubs_unimplemented():
     for nb in students:   # every chapter has at least three exercises, all of them run
         mine = [e["label"] for e in nb.metadata["normcore"]["classroom"]["exercises"]]
         assert len(mine) >= 3 and set(mine) <= set(labels)
+
+
+# =======================================================================================
+# the site without solutions
+# =======================================================================================
+def solution_texts(path) -> list[str]:
+    """Lines of a chapter's solutions that appear nowhere else in it: its solution code and
+    the plain-word lines of its solution prose."""
+    source = nbformat.read(path, as_version=4)
+    roles = [c.metadata.get("normcore", {}).get("role") for c in source.cells]
+    outside = "\n".join(source_text(c) for c, r in zip(source.cells, roles)
+                        if r not in ("solution", "solution-start"))
+    found = []
+    for cell, role in zip(source.cells, roles):
+        if role == "solution":
+            lines = solution_lines(source_text(cell))
+        elif role == "solution-start":
+            lines = [line for line in source_text(cell).split("\n")[3:]
+                     if not any(ch in line for ch in "$`{\\")]
+        else:
+            continue
+        found += [line.strip() for line in lines
+                  if len(line.strip()) > 12 and line.strip() not in outside]
+    return found
+
+
+def test_copy_without_solutions(tmp_path):
+    from normcore.classroom.nosolutions import copy_without_solutions
+    out = copy_without_solutions(ROOT, tmp_path / "book")
+    assert (out / "_toc.yml").exists() and (out / "assets").is_symlink()
+    for path in CHAPTERS:
+        text = (out / "chapters" / path.name).read_text(encoding="utf-8")
+        copied = nbformat.reads(text, as_version=4)
+        roles = {c.metadata.get("normcore", {}).get("role") for c in copied.cells}
+        assert roles <= {None, "statement"}, roles
+        for line in solution_texts(path):
+            assert json.dumps(line)[1:-1] not in text, (path.name, line)
+    with pytest.raises(ValueError, match="outside the book"):
+        copy_without_solutions(ROOT, ROOT / "chapters" / "copy")
+
+
+NOSOLUTIONS_HTML = ROOT / "_build" / "nosolutions" / "_build" / "html"
+
+
+@pytest.mark.site
+def test_site_without_solutions_shows_no_solution():
+    """Every page of `make book-nosolutions`'s site, read in Chromium: no solution text,
+    and every exercise statement still there."""
+    if not (NOSOLUTIONS_HTML / "index.html").exists():
+        pytest.skip("build it first: make book-nosolutions")
+    sys.path.insert(0, str(ROOT / "tools"))
+    import sitecheck
+    from playwright.sync_api import sync_playwright
+
+    secrets = {p.stem: solution_texts(p) for p in CHAPTERS}
+    assert all(secrets.values())
+    pages = sorted(str(p.relative_to(NOSOLUTIONS_HTML)) for p in NOSOLUTIONS_HTML.rglob("*.html")
+                   if "_static" not in p.parts)
+    for f in NOSOLUTIONS_HTML.rglob("*"):   # downloads (.ipynb, .md) and search index too
+        if f.is_file() and f.suffix in (".ipynb", ".md", ".js", ".txt", ".html") \
+                and "_static" not in f.parts:
+            text = f.read_text(encoding="utf-8", errors="replace")
+            for chapter, lines in secrets.items():
+                for line in lines:
+                    assert line not in text, (str(f), line)
+    with sync_playwright() as p, sitecheck.LocalServer(NOSOLUTIONS_HTML) as server:
+        browser = sitecheck.launch(p)
+        page = browser.new_page()
+        for rel in pages:
+            page.goto(server.url(rel))
+            text = page.inner_text("body")
+            for chapter, lines in secrets.items():
+                for line in lines:
+                    assert line not in text, (rel, line)
+            if rel.startswith("chapters/0"):
+                labels = [e.label for e in read_exercises(nbformat.read(
+                    ROOT / "chapters" / (Path(rel).stem + ".ipynb"), as_version=4))]
+                assert page.locator("div.exercise").count() == len(labels), rel
+                assert page.locator("div.solution").count() == 0, rel
+        browser.close()
