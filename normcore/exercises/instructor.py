@@ -19,15 +19,16 @@ def catalogue(op: str | None = None) -> list[Misconception]:
 def catalogue_table(op: str | None = None, markdown: bool = False) -> str:
     """A compact plain-text table of the catalogue: key, ops, description.
 
-    ``markdown=True``: a Markdown table (GitHub's syntax) with the plain-words name too and
-    the ops spelled out, for a page to render (the classroom chapter shows it).
+    ``markdown=True``: a Markdown table (GitHub's syntax) with the plain-words names too,
+    for a page to render (the classroom chapter shows it).
     """
-    if markdown:
-        rows = ["| key | mistake | ops | description |", "|---|---|---|---|"]
-        rows += [f"| `{m.key}` | {_md(m.title)} | {_md(', '.join(m.ops))} | {_md(m.description)} |"
-                 for m in catalogue(op)]
-        return "\n".join(rows)
     abbr = {name: impl.abbr for name, impl in REGISTRY.items()}
+    if markdown:
+        rows = ["| mistake | ops | what it is |", "|---|---|---|"]
+        rows += [f"| `{m.key}`: {_md(m.title)} | {_md(' '.join(abbr[o] for o in m.ops))} | "
+                 f"{_md(m.description)} |" for m in catalogue(op)]
+        legend = ", ".join(f"{_md(v)} = `{k}`" for k, v in abbr.items())
+        return "\n".join(rows) + f"\n\nops: {legend}"
     rows = [(m.key, " ".join(abbr[o] for o in m.ops), m.description) for m in catalogue(op)]
     kw = max(len(r[0]) for r in rows)
     ow = max(max(len(r[1]) for r in rows), 3)
