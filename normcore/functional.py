@@ -63,14 +63,14 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
 # ---------------------------------------------------------------------------------------
 # batch norm and instance norm: batch statistics (and a buffer update), or the buffers'
 # ---------------------------------------------------------------------------------------
-def _update_buffers(running_mean, running_var, out: Normalized, lay: Layout, momentum, fn) -> None:
+def _update_buffers(running_mean, running_var, out: Normalized, lay: Layout, momentum, caller) -> None:
     """In place: r <- (1 - m) r + m s with the batch mean and the *unbiased* batch variance,
     per channel; per-instance statistics (IN) are averaged over the batch first."""
     if running_mean is None and running_var is None:
         return
     if running_mean is None or running_var is None:
-        raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
-    m = checks.momentum_value(momentum, fn)
+        raise ValueError(f"{caller}: give both running_mean and running_var, or neither")
+    m = checks.momentum_value(momentum, caller)
     C = running_mean.shape[0]
     mean = out.mean.detach().reshape(-1, C).mean(0)
     var = stats.unbiased_from_biased(out.var.detach(), lay.set_size).reshape(-1, C).mean(0)
@@ -79,19 +79,19 @@ def _update_buffers(running_mean, running_var, out: Normalized, lay: Layout, mom
 
 
 def _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
-                            use_batch_stats, momentum, eps, fn, verify):
+                            use_batch_stats, momentum, eps, caller, verify):
     if not use_batch_stats:
         if running_mean is None or running_var is None:
             raise ValueError(
-                f"{fn}: normalizing with the running statistics (training=False, or "
+                f"{caller}: normalizing with the running statistics (training=False, or "
                 f"use_input_stats=False) needs both running_mean and running_var")
         shape = lay.affine_view_shape
         return normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(shape),
                          var=running_var.reshape(shape)).output
-    verify(input.shape, fn)
+    verify(input.shape, caller)
     out = normalize(input, lay, eps, weight, bias)
     # IN, as in torch: the buffers get the per-instance statistics averaged over the batch
-    _update_buffers(running_mean, running_var, out, lay, momentum, fn)
+    _update_buffers(running_mean, running_var, out, lay, momentum, caller)
     return out.output
 
 
@@ -105,11 +105,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     with the batch's *unbiased* variance.  ``training=False``: normalize with the running
     buffers.
     """
-    fn = "batch_norm"
-    lay = checks.batch_norm_layout(input, weight, bias, eps, fn, running_mean, running_var,
+    caller = "batch_norm"
+    lay = checks.batch_norm_layout(input, weight, bias, eps, caller, running_mean, running_var,
                                    momentum)
     return _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
-                                   training, momentum, eps, fn, checks.verify_batch_size)
+                                   training, momentum, eps, caller, checks.verify_batch_size)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
@@ -121,11 +121,11 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     per-instance statistics averaged over the batch (as PyTorch does).  With
     ``use_input_stats=False`` the running buffers are used, as in BatchNorm's eval mode.
     """
-    fn = "instance_norm"
-    lay = checks.instance_norm_layout(input, weight, bias, eps, fn, running_mean, running_var,
+    caller = "instance_norm"
+    lay = checks.instance_norm_layout(input, weight, bias, eps, caller, running_mean, running_var,
                                       momentum)
     return _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
-                                   use_input_stats, momentum, eps, fn, checks.verify_spatial_size)
+                                   use_input_stats, momentum, eps, caller, checks.verify_spatial_size)
 
 
 # ---------------------------------------------------------------------------------------

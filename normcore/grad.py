@@ -384,7 +384,7 @@ class WeightStandardize(torch.autograd.Function):
     @staticmethod
     def forward(ctx, weight, eps: float, correction: int, eps_mode: str):
         lay = layout("layer", weight.shape)             # S = one output channel's weights
-        what, _mean, var, inv_std = standardize(weight, lay, eps, correction, eps_mode)
+        w_hat, _mean, var, inv_std = standardize(weight, lay, eps, correction, eps_mode)
         # m = (n - c) / rho, the divisor of the last term of the gradient
         n_c = lay.set_size - correction
         if eps_mode == "inside":
@@ -394,22 +394,22 @@ class WeightStandardize(torch.autograd.Function):
             # rho = (sigma + eps) / sigma.  At sigma = 0 the term is 0 (w_hat = 0 there,
             # and torch.std's backward drops it too); m = inf gives exactly that.
             m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
-        ctx.save_for_backward(what, inv_std, m)
+        ctx.save_for_backward(w_hat, inv_std, m)
         ctx.lay = lay
         ctx.dtype = weight.dtype
         # a copy: the output must be neither w_hat (saved) nor a view of it
-        return what.reshape(weight.shape).to(weight.dtype, copy=True)
+        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_what):
-        what, inv_std, m = ctx.saved_tensors
+        w_hat, inv_std, m = ctx.saved_tensors
         lay: Layout = ctx.lay
-        d = grad_what.reshape(lay.view_shape).to(what.dtype)     # d = dL/dw_hat (no gamma)
+        d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
         sum_d = d.sum(lay.reduce_dims, keepdim=True)              # sum_S d
-        sum_dwhat = sum_of_products(d, what, lay.reduce_dims)    # sum_S d w_hat
+        sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims)    # sum_S d w_hat
         # r (d - sum d / n - w_hat sum d w_hat / m)
-        grad_w = _grad_input(d, what, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
+        grad_w = _grad_input(d, w_hat, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
                              lay.shape)
         return grad_w.to(ctx.dtype), None, None, None
 
@@ -422,17 +422,17 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None) 
     r"""The formula over the sets of ``lay`` (biased variance, :math:`\epsilon` inside the
     square root) with the hand-derived backward.  Returns ``Normalized(output, mean, var)``;
     only ``output`` carries gradients."""
-    fn = "normalize"
-    checks.check_float(x, "x", fn)
-    checks.check_eps(eps, fn)
+    caller = "normalize"
+    checks.check_float(x, "x", caller)
+    checks.check_eps(eps, caller)
     if not isinstance(lay, Layout):
-        raise TypeError(f"{fn}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
+        raise TypeError(f"{caller}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
     if tuple(x.shape) != tuple(lay.shape):
         raise ValueError(
-            f"{fn}: x has shape {tuple(x.shape)} but the layout was made for shape {lay.shape}; "
+            f"{caller}: x has shape {tuple(x.shape)} but the layout was made for shape {lay.shape}; "
             f"build it with normcore.axes.layout(norm, x.shape, ...)")
-    checks.check_param(weight, "weight", lay.affine_shape, fn)
-    checks.check_param(bias, "bias", lay.affine_shape, fn)
+    checks.check_param(weight, "weight", lay.affine_shape, caller)
+    checks.check_param(bias, "bias", lay.affine_shape, caller)
     return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
 
 

@@ -241,17 +241,17 @@ def sync_batch_norm(input: Tensor, running_mean=None, running_var=None, weight=N
     place with the global mean and unbiased variance and weight ``momentum`` (a number: pass
     ``1 / num_batches_tracked`` for the cumulative average; the module does that for you).
     """
-    fn = "sync_batch_norm"
-    checks.check_float(input, "input", fn)
-    checks.check_eps(eps, fn)
+    caller = "sync_batch_norm"
+    checks.check_float(input, "input", caller)
+    checks.check_eps(eps, caller)
     checks.check_momentum(momentum)
-    momentum = checks.momentum_value(momentum, fn)  # None raises the explanatory TypeError
+    momentum = checks.momentum_value(momentum, caller)  # None raises the explanatory TypeError
     if input.dim() < 2:
         raise ValueError(
-            f"{fn}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
+            f"{caller}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
     if (running_mean is None) != (running_var is None):
-        raise ValueError(f"{fn}: give both running_mean and running_var, or neither")
-    require_process_group(fn)
+        raise ValueError(f"{caller}: give both running_mean and running_var, or neither")
+    require_process_group(caller)
     return SyncBatchNormFunction.apply(input, weight, bias, running_mean, running_var,
                                   float(momentum), float(eps), process_group)
 

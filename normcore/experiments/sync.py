@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .. import axes
+from .. import data
 from ..launch import run
 from ..nn import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from ..nn.batchnorm import _BatchNorm
@@ -40,15 +40,12 @@ def _torch_batch_norm(num_features: int, ndim: int, **kwargs) -> torch.nn.Module
 def _step_data(seed: int, step: int, shape: tuple[int, ...], rank_shift: float,
                bounds: list[int], dtype) -> tuple[Tensor, Tensor]:
     """The global batch and the upstream gradient of one step (same on every rank)."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    C = shape[1]
-    view = axes.layout("batch", shape).affine_view_shape        # per channel
-    scale = torch.rand(C, generator=gen, dtype=torch.float64) * 2 + 0.5      # per-channel std
-    shift = torch.randn(C, generator=gen, dtype=torch.float64) * 3           # per-channel mean
-    x = torch.randn(shape, generator=gen, dtype=torch.float64) * scale.view(view) + shift.view(view)
+    gen = data.generator(seed * 1_000_003 + step)
+    # per-channel means and scales, as a real layer's inputs have
+    x = data.structured(gen, shape, scale=(0.5, 2.5), shift=3.0, sample_shift=0.0)
     for r in range(len(bounds) - 1):  # non-i.i.d. shards: rank r's slice shifted by r * rank_shift
         x[bounds[r]:bounds[r + 1]] += r * rank_shift
-    g = torch.randn(shape, generator=gen, dtype=torch.float64)
+    g = data.normal(gen, shape)
     return x.to(dtype), g.to(dtype)
 
 

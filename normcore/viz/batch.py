@@ -191,7 +191,7 @@ _NODES = {
     "xhat": (7.75, 0.0, 1.1, r"$\hat x_i=(x_i-\mu)\,r$"),
     "gb": (10.5, 1.6, 0.6, r"$\gamma,\ \beta$"),
     "y": (10.5, 0.0, 1.05, r"$y_i=\gamma\hat x_i+\beta$"),
-    "L": (12.45, 0.0, 0.33, r"$L$"),
+    "L": (12.45, 0.0, 0.33, r"$\mathcal{L}$"),
 }
 _HALF_HEIGHT = 0.3
 #: (from, to, curvature)
