@@ -5,7 +5,7 @@ sphinx-exercise's ``hide_solutions`` option crashes on the gated solutions the c
 of the book instead: :func:`copy_without_solutions` writes ``_config.yml``, ``_toc.yml``
 and the chapters into another folder, with every exercise's solution-start, solution,
 solution-end and check cells removed from the notebooks (the check cells call the
-solutions), and links the assets.  ``make book-nosolutions`` builds that copy into
+solutions), and links the assets and templates.  ``make book-nosolutions`` builds that copy into
 ``_build/nosolutions/html``.
 """
 from __future__ import annotations
@@ -20,8 +20,9 @@ from .marking import marking
 
 #: The roles whose cells leave the copy.
 REMOVED_ROLES = ("solution-start", "solution", "solution-end", "check")
-#: What the copy takes from the book besides ``chapters/`` (``assets`` is linked).
+#: What the copy takes from the book besides ``chapters/``: files copied, folders linked.
 BOOK_FILES = ("_config.yml", "_toc.yml")
+BOOK_FOLDERS = ("assets", "_templates")
 
 
 def without_solutions(nb):
@@ -42,7 +43,9 @@ def copy_without_solutions(root: str | Path, out: str | Path) -> Path:
     (out / "chapters").mkdir(parents=True)
     for name in BOOK_FILES:
         shutil.copy2(root / name, out / name)
-    os.symlink(root / "assets", out / "assets", target_is_directory=True)
+    for name in BOOK_FOLDERS:
+        if (root / name).is_dir():
+            os.symlink(root / name, out / name, target_is_directory=True)
     for path in sorted((root / "chapters").iterdir()):
         if path.suffix == ".ipynb":
             nb = nbformat.read(path, as_version=4)
