@@ -349,10 +349,12 @@ def test_a_notebook_over_its_time_limit_is_killed(tmp_path):
     loop = ("import time\nwhile True:\n    try:\n        time.sleep(0.05)\n"
             "    except KeyboardInterrupt:\n        pass")
     nb = plant(student_notebook(chapter, "hang"), {label: loop})
-    rows, ran = grade_notebook(nb, "erin", cell_timeout=2, timeout=12, memory=MEMORY)
-    assert ran["timed_out"] and ran["kernel"], "the kernel started, and was stopped"
+    # 16 s: on a loaded machine the runner and its kernel take seconds to start
+    rows, ran = grade_notebook(nb, "erin", cell_timeout=2, timeout=16, memory=MEMORY)
+    assert ran["timed_out"], ran
+    assert ran["kernel"], f"the kernel had not started within the limit: {ran}"
     assert not alive(ran["kernel"])
-    assert rows[0].status == "timed out" and "notebook ran longer than 12 s" in rows[0].detail
+    assert rows[0].status == "timed out" and "notebook ran longer than 16 s" in rows[0].detail
 
 
 def alive(pid: int) -> bool:
