@@ -15,7 +15,8 @@ PORT ?= 8000
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 BUILD_FLAGS := --all -W -n --keep-going
 
-.PHONY: book build vendor test test-package test-site notebooks lab serve clean
+.PHONY: book build vendor test test-package test-site notebooks lab serve clean \
+        book-nosolutions
 
 # --- environments (stamp files: redone only when the pins change) -----------------------
 
@@ -53,6 +54,17 @@ book: build
 	  echo "The book is built: $$page"; \
 	  echo "No display here. Serve it with 'make serve' and open http://127.0.0.1:$(PORT)/"; \
 	fi
+
+# The book without solutions, for a class while an assignment is open. sphinx-exercise's
+# hide_solutions crashes on the gated solutions, so this builds a copy of the book whose
+# notebooks lack the solution (and check) cells: _build/nosolutions/_build/html.
+NOSOL := _build/nosolutions
+
+book-nosolutions: vendor
+	rm -rf $(NOSOL)
+	$(PY) -m normcore.classroom nosolutions . -o $(NOSOL)/src
+	$(JB) build $(BUILD_FLAGS) --path-output $(NOSOL) $(NOSOL)/src
+	@echo "The book without solutions: $(CURDIR)/$(NOSOL)/_build/html/index.html"
 
 # --- tests -------------------------------------------------------------------------------
 # 1. package tests and nbval (strict) on every chapter, in parallel: --dist loadfile keeps

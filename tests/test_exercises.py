@@ -522,7 +522,7 @@ DIAGNOSES = [
     ("fold_bn", fold_without_eps, {}, ("no_eps",), ["left eps out", "set D"]),
     ("chan_merge", chan_plain_mean, {}, ("chan_mean_unweighted",), ["(mean_a + mean_b) / 2"]),
     ("chan_merge", chan_just_add, {}, ("chan_no_delta_term",), ["m2_a + m2_b"]),
-    ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["n ** 2"]),
+    ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["count ** 2"]),
 ]
 
 # --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py

@@ -67,6 +67,11 @@ op                        the student writes
 ``weight_standardize``    ``f(w, eps) -> w_hat`` for a conv weight ``(C_out, C_in, kH, kW)``;
                           option ``convention=`` ``"original"`` (default), ``"bit"`` or
                           ``"timm"`` (:data:`normcore.functional.WS_CONVENTIONS`)
+``fold_bn``               ``f(weight, bias, gamma, beta, running_mean, running_var, eps) ->
+                          (weight, bias)``: a ``Linear``/``ConvNd`` with an eval-mode
+                          BatchNorm folded in (:func:`normcore.fold.fold_bn`)
+``chan_merge``            ``f(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)``:
+                          Chan's merge of two parts (:func:`normcore.stats.chan_merge`)
 ========================  =============================================================
 
 Options of :func:`check`: ``seed`` (default 0) changes the inputs; ``ndims`` restricts the
@@ -94,7 +99,7 @@ module                      what it holds
 :mod:`.forward`             ops ``batch_norm``, ``layer_norm``, ``instance_norm``,
                             ``group_norm``
 :mod:`.ws`                  op ``weight_standardize``
-:mod:`.running`             op ``running_update``
+:mod:`.running`             ops ``running_update``, ``fold_bn``, ``chan_merge``
 :mod:`.backward`            op ``batch_norm_backward``
 :mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
 ==========================  =============================================================
