@@ -17,7 +17,8 @@ would do it, and tells the student *which* mistake their numbers show::
     Why it is wrong: BatchNorm normalizes with the biased variance, the plain mean of the
       squared deviations (divide by n): it describes the values being normalized. The
       unbiased (n - 1) variance only goes into running_var, as an estimate for eval mode.
-      The difference is largest for small sets: for n = 4 the std differs by 15%.
+      The difference is largest for small sets: for n = 4 the unbiased std is 15% larger
+      (sqrt(4/3)), so the output is 13% too small (sqrt(3/4)).
     What to change: Use `x.var(dim=..., unbiased=False)` (or `correction=0`), or
       `((x - mean) ** 2).mean(dim=...)`.
     Largest error: 0.309 in set A (x of shape (4, 3), float64), at sample 3, channel 2.
