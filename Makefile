@@ -83,7 +83,8 @@ test-package: $(VENV)/.stamp
 test-site: vendor
 	rm -rf $(HTML) _build/.doctrees _build/screenshots
 	$(JB) build $(BUILD_FLAGS) .
-	$(BIN)/pytest -m site tests/test_site.py tests/test_a11y.py
+	$(MAKE) book-nosolutions
+	$(BIN)/pytest -m site tests/test_site.py tests/test_a11y.py tests/test_classroom.py
 
 # --- notebooks ---------------------------------------------------------------------------
 

@@ -485,7 +485,8 @@ def test_site_without_solutions_shows_no_solution():
     """Every page of `make book-nosolutions`'s site, read in Chromium: no solution text,
     and every exercise statement still there."""
     if not (NOSOLUTIONS_HTML / "index.html").exists():
-        pytest.skip("build it first: make book-nosolutions")
+        pytest.fail(f"{NOSOLUTIONS_HTML} has no built book: run `make book-nosolutions` "
+                    f"(`make test` builds it)")
     sys.path.insert(0, str(ROOT / "tools"))
     import sitecheck
     from playwright.sync_api import sync_playwright
