@@ -70,7 +70,8 @@ book-nosolutions: vendor
 # 1. package tests and nbval (strict) on every chapter, in parallel: --dist loadfile keeps
 #    one notebook's cells in one worker (one kernel);
 # 2. a clean build of the book (warnings are errors);
-# 3. the browser tests of that fresh build (the site, and its accessibility).
+# 3. the browser tests of that fresh build (the site, and its accessibility), and of the
+#    book without solutions (`make book-nosolutions`).
 # pytest's exit code 5 (nothing collected) fails the target like any other non-zero code.
 
 test:
