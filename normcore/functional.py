@@ -28,7 +28,7 @@ from .axes import Layout, layout
 
 __all__ = [
     "normalize", "batch_norm", "layer_norm", "instance_norm", "group_norm",
-    "weight_standardize", "WS_CONVENTIONS",
+    "weight_standardize", "WS_CONVENTIONS", "rms_norm",
 ]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -436,3 +436,83 @@ def weight_standardize(weight, eps=None, *, convention="original"):
     """
     lay, eps, conv = weight_standardize_setup(weight, eps, convention, "weight_standardize")
     return normalize(weight, lay, eps, correction=conv["correction"], eps_mode=conv["eps_mode"]).output
+
+
+# ---------------------------------------------------------------------------------------
+# RMSNorm (Zhang & Sennrich 2019): BEGIN rms_norm block (check, eps, formula, public op)
+# ---------------------------------------------------------------------------------------
+def rms_norm_eps(dtype: torch.dtype, eps=None) -> float:
+    """The eps RMSNorm adds to the mean square.  ``None`` means the machine epsilon of the
+    *compute* dtype, as in torch 2.13 (found by experiment, and so documented there):
+    ``finfo(float32).eps`` for float32, float16 and bfloat16 inputs (half inputs are
+    computed in float32), ``finfo(float64).eps`` for float64.  Not the eps of a half
+    dtype itself (``finfo(float16).eps`` is 8192 times larger)."""
+    if eps is None:
+        return float(torch.finfo(torch.float32 if dtype in _LOW_PRECISION else dtype).eps)
+    return float(eps)
+
+
+def rms_norm_layout(input, normalized_shape, weight=None, eps=None,
+                    fn="rms_norm") -> tuple[Layout, float]:
+    """Check rms_norm's arguments; return its :class:`~normcore.axes.Layout` (the sets of
+    LayerNorm: the trailing ``normalized_shape`` dims) and the eps to use."""
+    check_float(input, "input", fn)
+    if eps is not None:
+        check_eps(eps, fn)
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    normalized_shape = tuple(int(s) for s in normalized_shape)
+    k = len(normalized_shape)
+    if k == 0:
+        raise ValueError(
+            f"{fn}: normalized_shape is empty; give the trailing dims to normalize over, "
+            f"e.g. normalized_shape={list(input.shape[-1:])} for the last dim")
+    if input.dim() < k or tuple(input.shape[input.dim() - k:]) != normalized_shape:
+        raise ValueError(
+            f"{fn}: Given normalized_shape={list(normalized_shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
+            f"{list(input.shape)}; normalized_shape must equal the input's last dims")
+    _check_param(weight, "weight", normalized_shape, fn)
+    return layout("layer", input.shape, normalized_ndim=k), rms_norm_eps(input.dtype, eps)
+
+
+def rms_norm_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None):
+    r""":math:`y_i = \gamma_i\, x_i\, r_i`, :math:`r_i = 1/\sqrt{\frac{1}{|S_i|}\sum_{k\in S_i}
+    x_k^2 + \epsilon}`: returns ``(y, r)`` (``r`` in the view's keepdim shape, compute dtype).
+
+    As torch does it, bit for bit: half inputs are computed in float32, gamma is cast to
+    the compute dtype and multiplied before the single rounding back to the input's dtype.
+    """
+    out_dtype = x.dtype
+    cdt = torch.float32 if out_dtype in _LOW_PRECISION else out_dtype
+    xv = x.reshape(lay.view_shape)
+    if xv.dtype != cdt:
+        xv = xv.to(cdt)
+    # mean of squares over S_i: one contraction (never a full-size x * x)
+    inv_rms = torch.rsqrt(_sum_of_squares(xv, lay.reduce_dims) / lay.set_size + eps)  # r
+    y = xv * inv_rms                                                # x r
+    if weight is not None:
+        y = y.mul_(weight.to(cdt).reshape(lay.affine_view_shape))  # gamma x r
+    return y.reshape(lay.shape).to(out_dtype), inv_rms
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    r"""Root-mean-square normalization (Zhang & Sennrich 2019): LayerNorm without the mean
+    and without beta, over the trailing ``normalized_shape`` dims.
+
+    .. math:: y = \gamma \, x / \sqrt{\operatorname{mean}_{S}(x^2) + \epsilon}
+
+    The signature and results of ``torch.nn.functional.rms_norm``; ``eps=None`` is the
+    machine epsilon of the compute dtype (:func:`rms_norm_eps`).  Unlike torch, ``eps``
+    must be > 0 when given.  With gradients, the backward is the hand-derived one of
+    :class:`normcore.grad.RMSNormalize`.
+    """
+    lay, eps = rms_norm_layout(input, normalized_shape, weight, eps, "rms_norm")
+    if torch.is_grad_enabled() and (input.requires_grad
+                                    or (weight is not None and weight.requires_grad)):
+        from .grad import RMSNormalize  # grad imports this module
+        return RMSNormalize.apply(input, weight, lay, eps)
+    return rms_norm_formula(input, lay, eps, weight)[0]
+# ---------------------------------------------------------------------------------------
+# END rms_norm block
+# ---------------------------------------------------------------------------------------

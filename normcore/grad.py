@@ -162,7 +162,7 @@ from .functional import (Normalized, WS_CONVENTIONS, _check_param, _verify_batch
 __all__ = [
     "Normalize", "WeightStandardize",
     "normalize", "batch_norm_train", "layer_norm", "instance_norm", "group_norm",
-    "weight_standardize",
+    "weight_standardize", "RMSNormalize", "rms_norm",
 ]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -478,3 +478,93 @@ def weight_standardize(weight, eps=None, *, convention="original"):
     default ``eps``, errors) of :func:`normcore.functional.weight_standardize`."""
     _, eps, conv = F.weight_standardize_setup(weight, eps, convention)
     return WeightStandardize.apply(weight, float(eps), conv["correction"], conv["eps_mode"])
+
+
+
+# ---------------------------------------------------------------------------------------
+# RMSNorm: BEGIN rms_norm block (the Function and its public wrapper)
+# ---------------------------------------------------------------------------------------
+class RMSNormalize(torch.autograd.Function):
+    r"""``y = gamma * x * r``, ``r = 1 / sqrt(mean_S(x^2) + eps)`` over the trailing
+    ``normalized_shape`` dims, with the hand-derived backward.
+
+    Forward, for one set :math:`S` of :math:`K = |S|` elements:
+    :math:`m = \frac1K\sum_k x_k^2`, :math:`r = (m+\epsilon)^{-1/2}`,
+    :math:`\hat x_i = x_i r`, :math:`y_i = \gamma_i \hat x_i`.
+    Backward, with :math:`d_i = \gamma_i g_i`:
+
+    .. math::
+
+        \frac{\partial L}{\partial r} = \sum_k d_k x_k,\quad
+        \frac{\partial r}{\partial m} = -\frac{r^3}{2},\quad
+        \frac{\partial m}{\partial x_i} = \frac{2x_i}{K}
+        \;\Rightarrow\;
+        \boxed{\frac{\partial L}{\partial x_i}
+        = r\Big(d_i - \hat x_i\,\frac1K\sum_{k\in S} d_k\hat x_k\Big)},\qquad
+        \frac{\partial L}{\partial \gamma_i} = \sum g_i \hat x_i .
+
+    Compared with LayerNorm's boxed formula, the term :math:`-\frac1K\sum_k d_k` is gone:
+    there is no mean, so the gradient is not orthogonal to a constant shift of the set.
+    Half inputs are computed in float32, as in :func:`normcore.functional.rms_norm_formula`.
+    A backward with ``create_graph=True`` differentiates the formula itself (recomputed
+    from the saved inputs), so the result is differentiable again, as for
+    :class:`Normalize`.
+
+    ``RMSNormalize.apply(x, weight, lay, eps)`` with ``lay`` a LayerNorm
+    :class:`~normcore.axes.Layout` and ``eps`` a float.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, lay: Layout, eps: float):
+        cdt = _compute_dtype(x.dtype)
+        xv = x.reshape(lay.view_shape).to(cdt)
+        inv_rms = torch.rsqrt(F._sum_of_squares(xv, lay.reduce_dims) / lay.set_size + eps)  # r
+        xhat = xv * inv_rms                                              # x r
+        if weight is not None:
+            y = xhat * weight.to(cdt).reshape(lay.affine_view_shape)     # gamma x r
+        else:
+            y = xhat
+        # a fresh output (never x_hat itself, which is saved)
+        y = y.reshape(lay.shape).to(x.dtype, copy=weight is None)
+        ctx.save_for_backward(xhat, inv_rms, weight, x)
+        ctx.lay = lay
+        ctx.eps = eps
+        ctx.x_dtype = x.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        xhat, inv_rms, weight, x = ctx.saved_tensors
+        lay: Layout = ctx.lay
+        need_x, need_w = ctx.needs_input_grad[:2]
+        need_w = need_w and weight is not None
+        if torch.is_grad_enabled():
+            # create_graph=True: differentiate the formula, recomputed with its graph
+            inputs = [t for t, need in ((x, need_x), (weight, need_w)) if need]
+            y, _ = F.rms_norm_formula(x, lay, ctx.eps, weight)
+            grads = list(torch.autograd.grad(y, inputs, grad_y, create_graph=True))
+            return (grads.pop(0) if need_x else None, grads.pop(0) if need_w else None,
+                    None, None)
+        cdt, K = xhat.dtype, lay.set_size
+        g = grad_y.reshape(lay.view_shape).to(cdt)                      # g = dL/dy
+        grad_x = grad_w = None
+        if need_w:                                    # dL/dgamma = sum of g x_hat
+            grad_w = (g.reshape(-1, K) * xhat.reshape(-1, K)).sum(0)
+            grad_w = grad_w.reshape(lay.affine_shape).to(weight.dtype)
+        if need_x:
+            d = g if weight is None else g * weight.to(cdt).reshape(lay.affine_view_shape)
+            sum_dxhat = _sum_prod(d, xhat, lay.reduce_dims)             # sum_S d x_hat
+            # r (d - x_hat sum_S(d x_hat) / K), as d r + x_hat (-r sum_S(d x_hat) / K)
+            grad_x = torch.mul(d, inv_rms).addcmul_(xhat, sum_dxhat * inv_rms / (-K))
+            grad_x = grad_x.reshape(lay.shape).to(ctx.x_dtype)
+        return grad_x, grad_w, None, None
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    r"""RMSNorm with the hand-derived backward; the semantics (default ``eps``, errors) of
+    :func:`normcore.functional.rms_norm`."""
+    lay, eps = F.rms_norm_layout(input, normalized_shape, weight, eps, "rms_norm")
+    return RMSNormalize.apply(input, weight, lay, eps)
+# ---------------------------------------------------------------------------------------
+# END rms_norm block
+# ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from . import stats
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "InstanceNorm1d",
-    "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
+    "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm", "RMSNorm",
 ]
 
 
@@ -360,6 +360,66 @@ class WSConv2d(torch.nn.Conv2d):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", convention={self.convention!r}, ws_eps={self.ws_eps}"
+
+
+# ---------------------------------------------------------------------------------------
+# RMSNorm: BEGIN RMSNorm block
+# ---------------------------------------------------------------------------------------
+class RMSNorm(Module):
+    r"""LayerNorm without centering and without beta (Zhang & Sennrich 2019).
+
+    .. math:: y = \gamma \, x / \sqrt{\operatorname{mean}_{S}(x^2) + \epsilon}
+
+    Args:
+        normalized_shape: the trailing dims that form :math:`S` (an int, a list or a
+            ``torch.Size``).
+        eps: added to the mean square; ``None`` (the default, as in ``torch.nn.RMSNorm``)
+            is the machine epsilon of the compute dtype: ``finfo(float32).eps`` for
+            float32, float16 and bfloat16 inputs, ``finfo(float64).eps`` for float64.
+        elementwise_affine: learn ``weight`` (gamma), one per element of
+            ``normalized_shape``, initialized to ones.
+    Shape:
+        input ``(*, *normalized_shape)``; output the same.
+
+    The constructor, the parameter name ``weight``, ``extra_repr`` and the ``state_dict``
+    are those of ``torch.nn.RMSNorm``, so a state_dict moves between the two both ways.
+    """
+
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+
+    def __init__(self, normalized_shape, eps: float | None = None,
+                 elementwise_affine: bool = True, device=None, dtype=None):
+        super().__init__()
+        if eps is not None:
+            F.check_eps(eps, "RMSNorm")
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(int(s) for s in normalized_shape)
+        if not self.normalized_shape or any(s <= 0 for s in self.normalized_shape):
+            raise ValueError(f"RMSNorm: normalized_shape must be non-empty and positive, "
+                             f"got {normalized_shape!r}")
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(torch.empty(self.normalized_shape, device=device,
+                                                dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return ("{normalized_shape}, eps={eps}, "
+                "elementwise_affine={elementwise_affine}".format(**self.__dict__))
+# ---------------------------------------------------------------------------------------
+# END RMSNorm block
+# ---------------------------------------------------------------------------------------
 
 
 from .distributed import SyncBatchNorm  # noqa: E402
