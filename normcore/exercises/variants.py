@@ -1,0 +1,161 @@
+"""The variant machinery: a mistake is the reference with one knob turned.
+
+An op's reference computation is a dict of *knobs* (its ``base_spec``: which reduce set,
+which variance ``correction``, where eps goes, ...).  A :class:`Variant` names the
+catalogue key(s) it stands for and the knobs it changes; ``variant.spec(base)`` is the
+whole knob dict the op's ``evaluate`` hook computes with.  Two variants that turn
+different knobs add up (``a + b``) to the pair of mistakes made at once.
+
+The ``wrong_axes`` variants reduce over another set of *roles* of the input's view
+(``N`` batch, ``C`` channels, ``G`` the channels of one group, ``S`` every spatial dim,
+``last`` only the last dim); :func:`role_layout` turns a set of roles into a
+:class:`~normcore.axes.Layout` and :func:`role_names` into words.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from .. import axes
+from ..axes import Layout
+
+#: (rtol, atol) for "matches": the student's numbers against the reference or a variant.
+TOLERANCE = {torch.float64: (1e-6, 1e-8), torch.float32: (1e-4, 1e-4)}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A known mistake (or two at once) as changed knobs.
+
+    ``keys`` are catalogue keys; ``changes`` the ``(knob, value)`` pairs; ``details`` one
+    tuple of ``(name, value)`` pairs per key, which the op's ``render_fields`` hook turns
+    into words (for instance the roles a ``wrong_axes`` variant reduced over).
+    """
+
+    keys: tuple[str, ...]
+    changes: tuple[tuple[str, object], ...]
+    details: tuple[tuple[tuple[str, object], ...], ...]
+
+    @property
+    def knobs(self) -> frozenset:
+        """The names of the knobs this variant turns."""
+        return frozenset(k for k, _ in self.changes)
+
+    def spec(self, base: dict) -> dict:
+        """The op's knob dict ``base`` with this variant's changes applied."""
+        s = dict(base)
+        s.update(dict(self.changes))
+        return s
+
+    def __add__(self, other: "Variant") -> "Variant":
+        return Variant(self.keys + other.keys, self.changes + other.changes,
+                       self.details + other.details)
+
+
+def variant(key: str, changes: dict, **detail) -> Variant:
+    """The variant of catalogue entry ``key`` that sets the knobs in ``changes``."""
+    return Variant((key,), tuple(changes.items()), (tuple(detail.items()),))
+
+
+# ---- comparing outputs ---------------------------------------------------------------------
+def close(a: torch.Tensor, b: torch.Tensor, dtype) -> torch.Tensor:
+    """Elementwise "matches" at the tolerance of ``dtype`` (NaN matches NaN)."""
+    rtol, atol = TOLERANCE[dtype]
+    return torch.isclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def all_close(outs_a, outs_b, cases) -> bool:
+    """Every output close on every set; a set where either side is ``None`` (a variant
+    that does not exist for that input, such as reducing over (H, W) of an (N, C) input)
+    is skipped."""
+    return all(bool(close(a, b, c.dtype).all())
+               for oa, ob, c in zip(outs_a, outs_b, cases) if oa is not None and ob is not None
+               for a, b in zip(oa, ob))
+
+
+# ---- wrong reduce sets ---------------------------------------------------------------------
+#: The reduce sets tried for ``wrong_axes``, as roles of the input's view.
+ROLE_SETS = [("N",), ("S",), ("C", "S"), ("N", "C", "S"), ("last",), ("C",), ("N", "C"),
+             ("N", "S"), ("G",), ("N", "G", "S"), ("N", "G")]
+
+
+def role_layout(base: Layout, roles) -> Layout | None:
+    """``base`` with the reduce dims that ``roles`` name; ``None`` if they name no dim."""
+    grouped = base.norm == "group" and base.num_groups is not None
+    ndim = len(base.view_shape)
+    first_spatial = 3 if grouped else 2
+    channel_dims = (1, 2) if grouped else (1,)
+    spatial = tuple(range(first_spatial, ndim))
+    dims: set[int] = set()
+    for role in roles:
+        if role == "N":
+            dims.add(0)
+        elif role == "C":
+            dims.update(channel_dims)
+        elif role == "G":
+            if not grouped:
+                return None
+            dims.add(2)
+        elif role == "S":
+            dims.update(spatial)  # nothing for an (N, C) input
+        elif role == "last":
+            dims.update(spatial[-1:] or channel_dims)
+    if not dims:
+        return None
+    return dataclasses.replace(base, reduce_dims=tuple(sorted(dims)))
+
+
+def role_variants(base_layouts) -> list[Variant]:
+    """One ``wrong_axes`` variant per role set that names a dim of some test set."""
+    return [variant("wrong_axes", {"reduce": ("roles", roles)}, roles=roles)
+            for roles in ROLE_SETS
+            if any(role_layout(b, roles) is not None for b in base_layouts)]
+
+
+def spatial_names(k: int) -> list[str]:
+    """The book's names of ``k`` spatial dims: L; H, W; D, H, W."""
+    return {0: [], 1: ["L"], 2: ["H", "W"], 3: ["D", "H", "W"]}.get(
+        k, [f"S{i}" for i in range(k)])
+
+
+def role_names(roles, names) -> str:
+    """``roles`` in words, with the dim ``names`` of the input: ``(N, H, W)``."""
+    parts = []
+    if "N" in roles:
+        parts.append(names[0])
+    if "C" in roles:
+        parts.append(names[1])
+    elif "G" in roles:
+        parts.append("the channels of one group")
+    if "S" in roles:
+        parts.extend(names[2:])
+    elif "last" in roles:
+        last = names[-1] if len(names) > 2 else names[1]
+        if last not in parts:
+            parts.append(last)
+    return "(" + ", ".join(parts) + ")"
+
+
+def labels_of(lay: Layout) -> torch.Tensor:
+    """Label array of an arbitrary layout (as :func:`axes.stat_groups` does for a norm)."""
+    stat = lay.stat_shape
+    return torch.arange(lay.num_sets).reshape(stat).expand(lay.view_shape).reshape(lay.shape)
+
+
+def same_partition(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do the label arrays ``a`` and ``b`` group the elements into the same sets?"""
+    a, b = a.flatten(), b.flatten()
+    return bool(((a[:, None] == a[None, :]) == (b[:, None] == b[None, :])).all())
+
+
+def same_set_as(lay: Layout, shape, norms) -> str | None:
+    """The first of ``norms`` whose sets are those of ``lay`` on ``shape``, if any."""
+    mine = labels_of(lay)
+    for norm in norms:
+        if norm == "instance" and len(shape) < 3:
+            continue
+        if same_partition(mine, axes.stat_groups(norm, shape)):
+            return norm
+    return None
