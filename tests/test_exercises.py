@@ -455,6 +455,9 @@ DIAGNOSES = [
     ("weight_standardize", ws_bit_std_plus_eps, {"convention": "timm"}, ("eps_outside_sqrt",),
      ["std + eps"]),
 ]
+# the LayerNorm / RMSNorm chapter's ops (normcore/exercises/layer.py)
+from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402
+DIAGNOSES += LAYER_DIAGNOSES
 
 
 def _id(case):
