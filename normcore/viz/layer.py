@@ -141,7 +141,8 @@ def set_svg(normalized_ndim: int = 3, element=(0, 1, 0, 2), shape=(2, 3, 2, 4),
     grid_w = C * (W * cell + gap) - gap
     grid_h = N * (H * cell + gap) - gap
     width = left + grid_w + 14
-    ns = "(" + ", ".join(_DIM_NAMES[4 - normalized_ndim:]) + ")"
+    dims = _DIM_NAMES[4 - normalized_ndim:]
+    ns = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
     panels = [("layer", normalized_ndim, f"LayerNorm, normalized_shape = {ns}"),
               ("batch", None, "BatchNorm (for contrast)")]
     body, y0, attrs = [], 8, {"normalized-ndim": str(normalized_ndim),
@@ -159,7 +160,7 @@ def set_svg(normalized_ndim: int = 3, element=(0, 1, 0, 2), shape=(2, 3, 2, 4),
         body += _grid(st.mask, element, left, gy, cell, gap)
         ty = gy + grid_h + 20
         body.append(f'<text x="4" y="{ty}">|S<tspan dy="3" font-size="10">i</tspan>'
-                    f'<tspan dy="-3"> | = {st.size},  mean = {_num(st.mean)},  '
+                    f'<tspan dy="-3">| = {st.size},  mean = {_num(st.mean)},  '
                     f'variance = {_num(st.var)}</tspan></text>')
         attrs[f"{norm}-size"] = str(st.size)
         y0 = ty + 16
