@@ -31,9 +31,12 @@ node_modules/.stamp: package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
-# copies MathJax and the widget manager into assets/_vendor/ (served as _static/)
+# copies MathJax and the widget manager into assets/_vendor/ (served as _static/), and
+# builds the normcore wheel that the book offers for download (chapters/intro.md)
 vendor: node_modules/.stamp $(VENV)/.stamp
 	$(PY) tools/vendor_frontend.py
+	rm -rf assets/dist
+	$(PY) -m pip wheel --quiet --no-deps -w assets/dist .
 
 # --- the book ----------------------------------------------------------------------------
 
@@ -82,8 +85,13 @@ notebooks: $(VENV)/.stamp
 	done
 	$(PY) tools/strip_notebook.py $(CHAPTERS)
 
+# JupyterLab on the chapters, with MyST rendered (jupyterlab-myst, pinned in requirements.txt).
+# As root (a container) Jupyter refuses to start without --allow-root; with no display it
+# must not try to open a browser: it prints the URL to open instead.
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root) \
+             $(if $(DISPLAY)$(WAYLAND_DISPLAY),,--no-browser)
 lab: $(VENV)/.stamp
-	cd chapters && ../$(BIN)/jupyter lab
+	cd chapters && ../$(BIN)/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
 serve:
 	@test -f $(HTML)/index.html || { echo "No $(HTML)/index.html: run 'make book' first"; exit 1; }

@@ -10,7 +10,8 @@ A page's own weight is its HTML (holding the embedded widget state) plus the ima
 references outside _static/. _static/ is shared by all pages and cached by the browser after
 the first; "loaded" is what the browser actually fetched for the page (decoded bytes,
 everything included, cold cache). Load time is navigation start to the end of the load event,
-cold cache, from a server on 127.0.0.1. Prints; asserts nothing (the budget is asserted by
+cold cache, from a server on 127.0.0.1; "ready" (time to interactive) is navigation start to
+the moment the page's math is typeset and every widget is rendered (and so responds). Prints; asserts nothing (the budget is asserted by
 tests/test_site.py).
 """
 
@@ -43,6 +44,24 @@ def clean_build() -> float:
     return time.perf_counter() - t0
 
 
+# milliseconds from navigation start until math is typeset and every widget view is rendered
+_READY_JS = """async () => {
+    const t0 = Date.now();
+    while (Date.now() - t0 < 30000) {
+        const mathOk = !document.querySelector('.math') ||
+            (window.MathJax && MathJax.startup && MathJax.startup.promise &&
+             document.querySelectorAll('.math').length ===
+             document.querySelectorAll('.math mjx-container').length);
+        const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'));
+        const widgetsOk = views.every(s => s.previousElementSibling &&
+            s.previousElementSibling.querySelector && s.previousElementSibling.querySelector('.jupyter-widgets'));
+        if (mathOk && widgetsOk) return performance.now();
+        await new Promise(r => setTimeout(r, 20));
+    }
+    return NaN;
+}"""
+
+
 def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
     from playwright.sync_api import sync_playwright
 
@@ -51,7 +70,7 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
         browser = sitecheck.launch(p)
         try:
             for rel in pages:
-                times, loaded, nreq = [], 0, 0
+                times, ready, loaded, nreq = [], [], 0, 0
                 for _ in range(runs):
                     context = browser.new_context(viewport=sitecheck.VIEWPORT)
                     page = context.new_page()
@@ -65,10 +84,12 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                                     requests: 1 + r.length};
                         }"""
                     )
+                    ready.append(page.evaluate(_READY_JS))
                     times.append(t["load"])
                     loaded, nreq = t["bytes"], t["requests"]
                     context.close()
-                out[rel] = {"load_ms": statistics.median(times), "loaded": loaded, "requests": nreq}
+                out[rel] = {"load_ms": statistics.median(times), "ready_ms": statistics.median(ready),
+                            "loaded": loaded, "requests": nreq}
         finally:
             browser.close()
     return out
@@ -97,13 +118,14 @@ def main() -> None:
     embed = static / "html-manager" / "embed.js"
     mathjax = static / "mathjax"
     print(f"{'page':40s} {'own MB':>7s} {'budget':>7s} {'html':>9s} {'w-state':>9s} {'images':>9s} "
-          f"{'embed.js':>8s} {'loaded MB':>9s} {'reqs':>5s} {'load ms':>8s}")
+          f"{'embed.js':>8s} {'loaded MB':>9s} {'reqs':>5s} {'load ms':>8s} {'ready ms':>8s}")
     for w in weights:
         ld = loads.get(w.rel, {})
         print(
             f"{w.rel:40s} {w.own / MB:7.3f} {w.own / sitecheck.PAGE_BUDGET:6.1%} {w.html:9d} "
             f"{w.widget_state:9d} {w.images:9d} {'yes' if w.embed_js else 'no':>8s} "
             f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} {ld.get('load_ms', float('nan')):8.0f}"
+            f" {ld.get('ready_ms', float('nan')):8.0f}"
         )
     print()
     print(f"shared _static/: {sitecheck.dir_size(static) / MB:.2f} MB on disk "

@@ -1,12 +1,20 @@
 """normcore: normalization layers written from one formula and checked against PyTorch.
 
-Modules: :mod:`~normcore.axes` (which elements share statistics), :mod:`~normcore.functional`
-(the pure functions), :mod:`~normcore.stats` (variances, Chan's merge, running averages),
-:mod:`~normcore.nn` (drop-in modules), :mod:`~normcore.grad` (hand-derived backward passes),
-:mod:`~normcore.fold` (folding BN into the layer before it), :mod:`~normcore.exercises`
-(checkers that name misconceptions), :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
+The layers, each importing only from those above it:
+
+* :mod:`~normcore.axes`: which elements share statistics (THE table), and
+  :mod:`~normcore.stats`: variances, Chan's merge, running averages;
+* :mod:`~normcore._checks`: argument validation, one message per mistake;
+* :mod:`~normcore.core`: the numeric core (the formula, compute dtype, sums of products);
+* :mod:`~normcore.grad`: hand-derived backward passes (autograd Functions);
+* :mod:`~normcore.functional`: the public ops, with ``torch.nn.functional``'s signatures;
+* :mod:`~normcore.sync`: synchronized statistics; :mod:`~normcore.nn`: drop-in modules;
+  :mod:`~normcore.fold`: folding BN into the layer before it;
+* the book's tools: :mod:`~normcore.launch` (process launcher), :mod:`~normcore.data`
+  (seeded inputs), :mod:`~normcore.experiments`, :mod:`~normcore.exercises` (checkers that
+  name misconceptions), :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
 """
-from . import axes, functional, stats, nn, fold  # noqa: E402  (nn loads distributed)
+from . import axes, functional, stats, nn, fold  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["axes", "functional", "stats", "nn", "fold"]

@@ -1,7 +1,7 @@
 r"""Hand-derived backward passes: BatchNorm, LayerNorm, InstanceNorm, GroupNorm and Weight
 Standardization as ``torch.autograd.Function``.
 
-Autograd can differentiate :func:`normcore.functional.normalize` by itself, through half a
+Autograd can differentiate :func:`normcore.core.normalize_formula` by itself, through half a
 dozen small ops, each storing its own intermediate.  Here the chain rule is done once by hand
 and simplified, which gives a backward pass of two reductions and one expression for
 :math:`\partial L/\partial x` (two fused multiply-adds).  The derivation is the same for all
@@ -135,77 +135,82 @@ For the original WS code (:math:`c = 1`, :math:`\epsilon` outside) and in terms 
 At :math:`\sigma = 0` (a constant filter) the square root is not differentiable; then
 :math:`\hat w = 0` and the last term is taken as 0, as ``torch.std``'s backward does.
 
+RMSNorm
+-------
+RMSNorm does not center: :math:`\mu = 0` and :math:`\sigma^2 = \frac1n\sum_k x_k^2`.  Then
+:math:`\mu` has no path to :math:`x` and step (2) reads :math:`\partial\sigma^2/\partial x_i
+= 2x_i/n`, so the middle term of the boxed formula drops out:
+
+.. math::
+
+    \frac{\partial L}{\partial x_i} = \frac{r}{n}\Big(n\, d_i
+      - \hat x_i \sum_{k\in S} d_k\,\hat x_k\Big).
+
+:func:`boxed_backward` is the boxed formula written once, for every set, centered or not:
+the readable reference that the tests hold the fast paths of :class:`Normalize` to.
+
 Precision
 ---------
 float16 / bfloat16 inputs are computed in float32, and the results (outputs and gradients)
 are cast back to the dtypes of the tensors they belong to, as in
-:func:`normcore.functional.normalize`.  :math:`\hat x` is saved in that float32 compute
+:mod:`normcore.core`.  :math:`\hat x` is saved in that float32 compute
 dtype.  The saved :math:`\hat x` forgets how it depends on :math:`x`, so a second
 derivative cannot use it: when a backward runs with ``create_graph=True``, ``Normalize``
 differentiates the formula itself, recomputed from the saved inputs (autograd through
-:func:`normcore.functional.normalize_formula`), and the result is differentiable again.
+:func:`normcore.core.normalize_formula`), and the result is differentiable again.
 ``WeightStandardize`` is ``once_differentiable`` and refuses a second derivative.
 """
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import functional as F
+from . import _checks as checks
 from .axes import Layout, layout
-from .functional import (Normalized, WS_CONVENTIONS, _check_param, _verify_batch_size,
-                         _verify_spatial_size, check_eps, check_float)
+from .core import (Normalized, normalize_formula, standardize, sum_keep,
+                   sum_of_products, weighted_sum)
 
 __all__ = [
-    "Normalize", "WeightStandardize",
+    "Normalize", "WeightStandardize", "boxed_backward",
     "normalize", "batch_norm_train", "layer_norm", "instance_norm", "group_norm",
-    "weight_standardize", "RMSNormalize", "rms_norm",
+    "weight_standardize",
 ]
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+# ---------------------------------------------------------------------------------------
+# the reference: the boxed formula, one path for every set
+# ---------------------------------------------------------------------------------------
+def boxed_backward(grad_y: torch.Tensor, xhat: torch.Tensor, inv_std: torch.Tensor,
+                   weight, lay: Layout):
+    r"""``(dL/dx, dL/dgamma, dL/dbeta)`` by the boxed formula, written once for every set:
+
+    .. math::
+
+        \frac{\partial L}{\partial x_i} = \frac{r}{n}\Big(n\, d_i
+        - [\text{centered}]\sum_{k\in S} d_k - \hat x_i \sum_{k\in S} d_k\,\hat x_k\Big),
+        \qquad d = \gamma\, g .
+
+    Readable and slow (every product is formed); :class:`Normalize` computes the same with
+    fewer passes, and the tests hold it to this.  ``xhat`` and ``inv_std`` are in the view.
+    """
+    g = grad_y.reshape(lay.view_shape).to(xhat.dtype)                        # g = dL/dy
+    w = 1.0 if weight is None else weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+    n, dims = lay.set_size, lay.reduce_dims
+    d = g * w                                                                  # dL/dx_hat
+    sum_d = d.sum(dims, keepdim=True) if lay.centered else 0.0
+    dx = inv_std / n * (n * d - sum_d - xhat * (d * xhat).sum(dims, keepdim=True))
+    # gamma and beta are shared along the dims where they have size 1
+    shared = tuple(k for k, s in enumerate(lay.affine_view_shape) if s == 1)
+    dgamma = (g * xhat).sum(shared).reshape(lay.affine_shape)
+    dbeta = g.sum(shared).reshape(lay.affine_shape)
+    return dx.reshape(lay.shape), dgamma, dbeta
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
-
-
-def _sum(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum."""
-    return t.sum(dims, keepdim=True) if dims else t
-
-
-def _sum_prod(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    """``(a * b).sum(dims, keepdim=True)``.  When ``dims`` are the trailing dims (IN, GN,
-    WS) it is a batch of dot products, one ``torch.bmm`` that never forms ``a * b``."""
-    nd, k = a.dim(), len(dims)
-    if k and tuple(dims) == tuple(range(nd - k, nd)) and a.shape == b.shape:
-        lead = a.shape[:nd - k]
-        dots = torch.bmm(a.reshape(-1, 1, math.prod(a.shape[nd - k:])),
-                         b.reshape(-1, math.prod(b.shape[nd - k:]), 1))
-        return dots.reshape(lead + (1,) * k)
-    return _sum(a * b, dims)
-
-
-def _standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int, eps_mode: str):
-    r"""Steps (1)-(4) of the forward graph, by :func:`normcore.functional.normalize` itself:
-    returns :math:`\hat x` (in the view, compute dtype), :math:`\mu`, :math:`\sigma^2` and
-    :math:`r`."""
-    cdt = _compute_dtype(x.dtype)
-    # no gamma, no beta: the primitive's output *is* x_hat
-    out = F.normalize(x.to(cdt), lay, eps, correction=correction, eps_mode=eps_mode)
-    xhat = out.output.reshape(lay.view_shape)
-    if eps_mode == "inside":
-        inv_std = torch.rsqrt(out.var + eps)        # (3)  r = 1 / sqrt(var + eps)
-    else:
-        inv_std = 1.0 / (out.var.sqrt() + eps)      # (3') r = 1 / (std + eps)
-    return xhat, out.mean, out.var, inv_std
-
-
+# ---------------------------------------------------------------------------------------
+# the fast path: the same formula in two reductions and one fused pass
+# ---------------------------------------------------------------------------------------
 def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
-                scale: torch.Tensor, sum_d: torch.Tensor, sum_dxhat: torch.Tensor,
+                scale: torch.Tensor, sum_d, sum_dxhat: torch.Tensor,
                 n: int, m, shape, out: torch.Tensor | None = None) -> torch.Tensor:
     r"""The boxed formula, as two fused multiply-adds over the full tensor:
 
@@ -221,40 +226,26 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     :math:`r` without gamma), ``scale`` multiplies the set sums (:math:`r`, or
     :math:`\gamma r` when gamma is constant on the set and the sums are of :math:`g`
     rather than :math:`d = \gamma g`).  ``m`` is :math:`n` for the biased variance, or
-    :math:`(n - c)/\rho` for Weight Standardization.  Everything but ``g`` and ``xhat`` is
-    small: one value per set (or per set and channel).
+    :math:`(n - c)/\rho` for Weight Standardization.  ``sum_d`` is ``None`` for an
+    uncentered layout (RMSNorm: no mean term).  Everything but ``g`` and ``xhat`` is small.
 
-    The result is written through the view into a fresh tensor of the input's ``shape``:
-    autograd would copy a gradient that is a view before storing it in ``x.grad``.
+    The result is written through the view into a fresh tensor of the input's ``shape``
+    (or ``out``): autograd would copy a gradient that is a view before storing it.
     """
-    shift = sum_d * scale * (-1.0 / n)                   # -r * mean_S(d)
     slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
     if out is None:  # else: a temporary of the input's shape, overwritten (may be g itself)
         out = torch.empty(shape, dtype=g.dtype, device=g.device)
     view = out.view(g.shape)
-    torch.mul(g, g_scale, out=view).add_(shift)          # r d - r mean_S(d)
+    torch.mul(g, g_scale, out=view)                      # r d
+    if sum_d is not None:
+        view.add_(sum_d * scale * (-1.0 / n))            #     - r mean_S(d)
     view.addcmul_(xhat, slope)                           #     - r x_hat sum_S(d x_hat) / m
     return out
 
 
-def _sum_times(a: torch.Tensor, w: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    """``(a * w).sum(dims, keepdim=True)`` as one contraction (``torch.einsum``), without
-    forming the full-size product ``a * w``; ``w`` broadcasts against ``a``."""
-    idx = "abcdefghijklmnopqrstuvwxyz"[:a.dim()]
-    w_idx = "".join(i for i, s in zip(idx, w.shape) if s != 1)
-    out_idx = "".join(i for k, i in enumerate(idx) if k not in dims)
-    out = torch.einsum(f"{idx},{w_idx}->{out_idx}", a, w.reshape([s for s in w.shape if s != 1]))
-    for k in sorted(dims):
-        out = out.unsqueeze(k)
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# BN (training), LN, IN, GN: one Function, driven by the Layout
-# ---------------------------------------------------------------------------------------
 class Normalize(torch.autograd.Function):
-    r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay``, with the
-    hand-derived backward (module docstring).
+    r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay`` (BN in
+    training, LN, IN, GN, RMSNorm), with the hand-derived backward (module docstring).
 
     ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var)``; ``mean`` and
     ``var`` (biased, in the view's keepdim shape) are there for running statistics and are
@@ -263,7 +254,7 @@ class Normalize(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, lay: Layout, eps: float):
-        xhat, mean, var, inv_std = _standardize(x, lay, eps, 0, "inside")   # (1)-(4)
+        xhat, mean, var, inv_std = standardize(x, lay, eps)             # (1)-(4)
         cdt = xhat.dtype
         w = None if weight is None else weight.to(cdt).reshape(lay.affine_view_shape)
         b = None if bias is None else bias.to(cdt).reshape(lay.affine_view_shape)
@@ -281,9 +272,7 @@ class Normalize(torch.autograd.Function):
         else:
             yv.copy_(xhat)
         ctx.save_for_backward(xhat, inv_std, weight, x, bias)
-        ctx.lay = lay
-        ctx.eps = eps
-        ctx.has_bias = bias is not None
+        ctx.lay, ctx.eps = lay, eps
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(mean, var)
@@ -303,11 +292,10 @@ class Normalize(torch.autograd.Function):
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         need_w = need_w and weight is not None
-        need_b = need_b and ctx.has_bias
-        cdt, n, ndim = xhat.dtype, lay.set_size, len(lay.view_shape)
-
-        g = grad_y.reshape(lay.view_shape).to(cdt)                  # g = dL/dy
-        w = None if weight is None else weight.to(cdt).reshape(lay.affine_view_shape)
+        need_b = need_b and bias is not None
+        n, ndim = lay.set_size, len(lay.view_shape)
+        g = grad_y.reshape(lay.view_shape).to(xhat.dtype)             # g = dL/dy
+        w = None if weight is None else weight.to(xhat.dtype).reshape(lay.affine_view_shape)
         # the view dims along which gamma and beta do not vary (size 1 in affine_view_shape)
         const = tuple(k for k in range(ndim) if lay.affine_view_shape[k] == 1)
         inner = tuple(k for k in lay.reduce_dims if k in const)      # in S, gamma constant
@@ -316,55 +304,65 @@ class Normalize(torch.autograd.Function):
 
         # The only two passes over the whole tensor: sum g and g x_hat over `inner`
         # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
-        # (LN has no inner dims: its dx takes its own sums of d = gamma g below)
-        sum_g = _sum(g, inner) if ((need_x and inner) or need_b) else None
+        sum_g = sum_keep(g, inner) if ((need_x and inner and lay.centered) or need_b) else None
         sum_gxhat = None
         if (need_x and inner) or need_w:
-            # for LN (no inner dims) this is the full-size g * x_hat: keep it to reuse below
-            sum_gxhat = _sum_prod(g, xhat, inner)
+            # for LN (no inner dims) this is the full-size g * x_hat: kept to reuse below
+            sum_gxhat = sum_of_products(g, xhat, inner)
 
         grad_x = grad_w = grad_b = None
         if need_b:                                    # dL/dbeta  = sum of g      (5)
-            grad_b = _sum(sum_g, param).reshape(lay.affine_shape).to(ctx.bias_dtype)
+            grad_b = sum_keep(sum_g, param).reshape(lay.affine_shape).to(ctx.bias_dtype)
         if need_w:                                    # dL/dgamma = sum of g x_hat (5)
-            grad_w = _sum(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
+            grad_w = sum_keep(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
         if need_x:
-            if not outer:
-                g_scale = inv_std if w is None else inv_std * w       # d r = g (gamma r)
-                # BN, IN (and no gamma): gamma is constant on S, so it factors out of the
-                # sums:  r (d - sum d / n - x_hat sum d x_hat / n)
-                #      = (gamma r) (g - sum g / n - x_hat sum g x_hat / n)
-                grad_x = _grad_input(g, xhat, g_scale, g_scale, sum_g, sum_gxhat, n, n, lay.shape)
-            elif not inner:
-                # LN: gamma varies along every dim of S, so nothing of g was summed yet;
-                # form d = gamma g once and take both set sums of it (a dot product each)
-                # (large temporaries cost page faults: d goes into the buffer of g x_hat,
-                # whose gamma-gradient is taken, and dx is then written over d)
-                # (not when grad_w is that very buffer: no leading dims to sum it over)
-                spare = sum_gxhat if (need_w and param and sum_gxhat.shape == g.shape) else None
-                d = g if w is None else torch.mul(g, w, out=spare)
-                sum_d = _sum(d, lay.reduce_dims)
-                sum_dxhat = _sum_prod(d, xhat, lay.reduce_dims)
-                grad_x = _grad_input(d, xhat, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape,
-                                     out=None if w is None or lay.view_shape != lay.shape else d)
-            else:
-                # GN: gamma varies inside S along the group's channels; finish the set sums
-                # of d = gamma g (sum_S gamma g, sum_S gamma g x_hat: small contractions)
-                g_scale = inv_std if w is None else inv_std * w       # d r = g (gamma r)
-                sum_d = _sum(sum_g, outer) if w is None else _sum_times(sum_g, w, outer)
-                sum_dxhat = (_sum(sum_gxhat, outer) if w is None
-                             else _sum_times(sum_gxhat, w, outer))
-                grad_x = _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
-            grad_x = grad_x.to(ctx.x_dtype)
+            grad_x = _input_gradient(lay, g, xhat, inv_std, w, sum_g, sum_gxhat,
+                                     inner, outer, param, need_w).to(ctx.x_dtype)
         return grad_x, grad_w, grad_b, None, None
 
 
+def _input_gradient(lay, g, xhat, inv_std, w, sum_g, sum_gxhat, inner, outer, param, need_w):
+    """dL/dx by the boxed formula, in the fewest passes for where gamma lives."""
+    n, centered = lay.set_size, lay.centered
+    if not outer:
+        # BN, IN (and no gamma): gamma is constant on S, so it factors out of the sums:
+        #   r (d - sum d / n - x_hat sum d x_hat / n)
+        # = (gamma r) (g - sum g / n - x_hat sum g x_hat / n)
+        g_scale = inv_std if w is None else inv_std * w             # d r = g (gamma r)
+        return _grad_input(g, xhat, g_scale, g_scale, sum_g if centered else None, sum_gxhat,
+                           n, n, lay.shape)
+    if not inner:
+        # LN, RMSNorm: gamma varies along every dim of S, so nothing of g was summed yet;
+        # form d = gamma g once and take both set sums of it (a dot product each).  Large
+        # temporaries cost page faults: d goes into the buffer of g x_hat once its gamma
+        # gradient is taken (not when grad_w is that very buffer: no leading dims), and dx
+        # is then written over d
+        spare = sum_gxhat if (need_w and param and sum_gxhat.shape == g.shape) else None
+        d = g if w is None else torch.mul(g, w, out=spare)
+        sum_d = sum_keep(d, lay.reduce_dims) if centered else None
+        sum_dxhat = sum_of_products(d, xhat, lay.reduce_dims)
+        reuse = w is not None and d.is_contiguous()
+        return _grad_input(d, xhat, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape,
+                           out=d.view(lay.shape) if reuse else None)
+    # GN: gamma varies inside S along the group's channels; finish the set sums of
+    # d = gamma g (sum_S gamma g, sum_S gamma g x_hat: small contractions)
+    g_scale = inv_std if w is None else inv_std * w                 # d r = g (gamma r)
+    # (also LN and RMSNorm when normalized_shape has a size-1 dim: gamma is constant there;
+    # RMSNorm has no mean term, and sum_g was not taken)
+    if not centered:
+        sum_d = None
+    else:
+        sum_d = sum_keep(sum_g, outer) if w is None else weighted_sum(sum_g, w, outer)
+    sum_dxhat = sum_keep(sum_gxhat, outer) if w is None else weighted_sum(sum_gxhat, w, outer)
+    return _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
+
+
 def _backward_through_formula(ctx, grad_y, x, weight, bias):
-    """Normalize's backward by autograd through :func:`functional.normalize_formula`, so that
-    the gradient is itself differentiable (double backward)."""
+    """Normalize's backward by autograd through :func:`normcore.core.normalize_formula`, so
+    that the gradient is itself differentiable (double backward)."""
     inputs = (x, weight, bias)
     wanted = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i] and t is not None]
-    y = F.normalize_formula(x, ctx.lay, ctx.eps, weight, bias).output
+    y = normalize_formula(x, ctx.lay, ctx.eps, weight, bias).output
     grads = torch.autograd.grad(y, [inputs[i] for i in wanted], grad_y, create_graph=True)
     out = [None] * 5
     for i, g in zip(wanted, grads):
@@ -391,7 +389,7 @@ class WeightStandardize(torch.autograd.Function):
     @staticmethod
     def forward(ctx, weight, eps: float, correction: int, eps_mode: str):
         lay = layout("layer", weight.shape)             # S = one output channel's weights
-        what, _mean, var, inv_std = _standardize(weight, lay, eps, correction, eps_mode)
+        w_hat, _mean, var, inv_std = standardize(weight, lay, eps, correction, eps_mode)
         # m = (n - c) / rho, the divisor of the last term of the gradient
         n_c = lay.set_size - correction
         if eps_mode == "inside":
@@ -401,170 +399,77 @@ class WeightStandardize(torch.autograd.Function):
             # rho = (sigma + eps) / sigma.  At sigma = 0 the term is 0 (w_hat = 0 there,
             # and torch.std's backward drops it too); m = inf gives exactly that.
             m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
-        ctx.save_for_backward(what, inv_std, m)
+        ctx.save_for_backward(w_hat, inv_std, m)
         ctx.lay = lay
         ctx.dtype = weight.dtype
         # a copy: the output must be neither w_hat (saved) nor a view of it
-        return what.reshape(weight.shape).to(weight.dtype, copy=True)
+        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_what):
-        what, inv_std, m = ctx.saved_tensors
+        w_hat, inv_std, m = ctx.saved_tensors
         lay: Layout = ctx.lay
-        d = grad_what.reshape(lay.view_shape).to(what.dtype)     # d = dL/dw_hat (no gamma)
+        d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
         sum_d = d.sum(lay.reduce_dims, keepdim=True)              # sum_S d
-        sum_dwhat = _sum_prod(d, what, lay.reduce_dims)          # sum_S d w_hat
+        sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims)    # sum_S d w_hat
         # r (d - sum d / n - w_hat sum d w_hat / m)
-        grad_w = _grad_input(d, what, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
+        grad_w = _grad_input(d, w_hat, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
                              lay.shape)
         return grad_w.to(ctx.dtype), None, None, None
 
 
 # ---------------------------------------------------------------------------------------
-# public functions (the signatures of torch.nn.functional, and of normcore.functional)
+# the hand-derived path, called directly (normcore.functional takes it by itself whenever
+# a gradient is needed; these always take it, and return only the output)
 # ---------------------------------------------------------------------------------------
 def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None) -> Normalized:
-    r""":func:`normcore.functional.normalize` (biased variance, :math:`\epsilon` inside the
+    r"""The formula over the sets of ``lay`` (biased variance, :math:`\epsilon` inside the
     square root) with the hand-derived backward.  Returns ``Normalized(output, mean, var)``;
     only ``output`` carries gradients."""
-    fn = "normalize"
-    check_float(x, "x", fn)
-    check_eps(eps, fn)
+    caller = "normalize"
+    checks.check_float(x, "x", caller)
+    checks.check_eps(eps, caller)
     if not isinstance(lay, Layout):
-        raise TypeError(f"{fn}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
+        raise TypeError(f"{caller}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
     if tuple(x.shape) != tuple(lay.shape):
         raise ValueError(
-            f"{fn}: x has shape {tuple(x.shape)} but the layout was made for shape {lay.shape}; "
+            f"{caller}: x has shape {tuple(x.shape)} but the layout was made for shape {lay.shape}; "
             f"build it with normcore.axes.layout(norm, x.shape, ...)")
-    _check_param(weight, "weight", lay.affine_shape, fn)
-    _check_param(bias, "bias", lay.affine_shape, fn)
+    checks.check_param(weight, "weight", lay.affine_shape, caller)
+    checks.check_param(bias, "bias", lay.affine_shape, caller)
     return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
 
 
 def batch_norm_train(input, weight=None, bias=None, eps=1e-5):
-    r"""BatchNorm in training mode (batch statistics; no running buffers): one
-    :math:`\mu, \sigma^2` per channel over the batch and every position.  The same as
+    r"""BatchNorm in training mode (batch statistics; no running buffers), as
     ``torch.nn.functional.batch_norm(input, None, None, weight, bias, training=True, eps=eps)``."""
-    lay = F.batch_norm_layout(input, weight, bias, eps)
-    _verify_batch_size(input.shape, "batch_norm")
+    lay = checks.batch_norm_layout(input, weight, bias, eps)
+    checks.verify_batch_size(input.shape, "batch_norm")
     return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def instance_norm(input, weight=None, bias=None, eps=1e-5):
-    r"""InstanceNorm (input statistics; no running buffers): one :math:`\mu, \sigma^2` per
-    sample and channel, over the positions."""
-    lay = F.instance_norm_layout(input, weight, bias, eps)
-    _verify_spatial_size(input.shape, "instance_norm")
+    r"""InstanceNorm with input statistics and no running buffers."""
+    lay = checks.instance_norm_layout(input, weight, bias, eps)
+    checks.verify_spatial_size(input.shape, "instance_norm")
     return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    r"""LayerNorm: one :math:`\mu, \sigma^2` per leading index over the trailing
-    ``normalized_shape`` dims; gamma and beta have ``normalized_shape``."""
-    lay = F.layer_norm_layout(input, normalized_shape, weight, bias, eps)
+    r"""LayerNorm over the trailing ``normalized_shape`` dims."""
+    lay = checks.layer_norm_layout(input, normalized_shape, weight, bias, eps)
     return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
-    r"""GroupNorm: one :math:`\mu, \sigma^2` per sample and group of ``C // num_groups``
-    contiguous channels; gamma and beta per channel."""
-    lay = F.group_norm_layout(input, num_groups, weight, bias, eps)
+    r"""GroupNorm over groups of ``C // num_groups`` contiguous channels."""
+    lay = checks.group_norm_layout(input, num_groups, weight, bias, eps)
     return Normalize.apply(input, weight, bias, lay, eps)[0]
 
 
 def weight_standardize(weight, eps=None, *, convention="original"):
-    r"""Weight Standardization with the hand-derived backward; the semantics (conventions,
-    default ``eps``, errors) of :func:`normcore.functional.weight_standardize`."""
-    _, eps, conv = F.weight_standardize_setup(weight, eps, convention)
-    return WeightStandardize.apply(weight, float(eps), conv["correction"], conv["eps_mode"])
-
-
-
-# ---------------------------------------------------------------------------------------
-# RMSNorm: BEGIN rms_norm block (the Function and its public wrapper)
-# ---------------------------------------------------------------------------------------
-class RMSNormalize(torch.autograd.Function):
-    r"""``y = gamma * x * r``, ``r = 1 / sqrt(mean_S(x^2) + eps)`` over the trailing
-    ``normalized_shape`` dims, with the hand-derived backward.
-
-    Forward, for one set :math:`S` of :math:`K = |S|` elements:
-    :math:`m = \frac1K\sum_k x_k^2`, :math:`r = (m+\epsilon)^{-1/2}`,
-    :math:`\hat x_i = x_i r`, :math:`y_i = \gamma_i \hat x_i`.
-    Backward, with :math:`d_i = \gamma_i g_i`:
-
-    .. math::
-
-        \frac{\partial L}{\partial r} = \sum_k d_k x_k,\quad
-        \frac{\partial r}{\partial m} = -\frac{r^3}{2},\quad
-        \frac{\partial m}{\partial x_i} = \frac{2x_i}{K}
-        \;\Rightarrow\;
-        \boxed{\frac{\partial L}{\partial x_i}
-        = r\Big(d_i - \hat x_i\,\frac1K\sum_{k\in S} d_k\hat x_k\Big)},\qquad
-        \frac{\partial L}{\partial \gamma_i} = \sum g_i \hat x_i .
-
-    Compared with LayerNorm's boxed formula, the term :math:`-\frac1K\sum_k d_k` is gone:
-    there is no mean, so the gradient is not orthogonal to a constant shift of the set.
-    Half inputs are computed in float32, as in :func:`normcore.functional.rms_norm_formula`.
-    A backward with ``create_graph=True`` differentiates the formula itself (recomputed
-    from the saved inputs), so the result is differentiable again, as for
-    :class:`Normalize`.
-
-    ``RMSNormalize.apply(x, weight, lay, eps)`` with ``lay`` a LayerNorm
-    :class:`~normcore.axes.Layout` and ``eps`` a float.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, lay: Layout, eps: float):
-        cdt = _compute_dtype(x.dtype)
-        xv = x.reshape(lay.view_shape).to(cdt)
-        inv_rms = torch.rsqrt(F._sum_of_squares(xv, lay.reduce_dims) / lay.set_size + eps)  # r
-        xhat = xv * inv_rms                                              # x r
-        if weight is not None:
-            y = xhat * weight.to(cdt).reshape(lay.affine_view_shape)     # gamma x r
-        else:
-            y = xhat
-        # a fresh output (never x_hat itself, which is saved)
-        y = y.reshape(lay.shape).to(x.dtype, copy=weight is None)
-        ctx.save_for_backward(xhat, inv_rms, weight, x)
-        ctx.lay = lay
-        ctx.eps = eps
-        ctx.x_dtype = x.dtype
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        xhat, inv_rms, weight, x = ctx.saved_tensors
-        lay: Layout = ctx.lay
-        need_x, need_w = ctx.needs_input_grad[:2]
-        need_w = need_w and weight is not None
-        if torch.is_grad_enabled():
-            # create_graph=True: differentiate the formula, recomputed with its graph
-            inputs = [t for t, need in ((x, need_x), (weight, need_w)) if need]
-            y, _ = F.rms_norm_formula(x, lay, ctx.eps, weight)
-            grads = list(torch.autograd.grad(y, inputs, grad_y, create_graph=True))
-            return (grads.pop(0) if need_x else None, grads.pop(0) if need_w else None,
-                    None, None)
-        cdt, K = xhat.dtype, lay.set_size
-        g = grad_y.reshape(lay.view_shape).to(cdt)                      # g = dL/dy
-        grad_x = grad_w = None
-        if need_w:                                    # dL/dgamma = sum of g x_hat
-            grad_w = (g.reshape(-1, K) * xhat.reshape(-1, K)).sum(0)
-            grad_w = grad_w.reshape(lay.affine_shape).to(weight.dtype)
-        if need_x:
-            d = g if weight is None else g * weight.to(cdt).reshape(lay.affine_view_shape)
-            sum_dxhat = _sum_prod(d, xhat, lay.reduce_dims)             # sum_S d x_hat
-            # r (d - x_hat sum_S(d x_hat) / K), as d r + x_hat (-r sum_S(d x_hat) / K)
-            grad_x = torch.mul(d, inv_rms).addcmul_(xhat, sum_dxhat * inv_rms / (-K))
-            grad_x = grad_x.reshape(lay.shape).to(ctx.x_dtype)
-        return grad_x, grad_w, None, None
-
-
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    r"""RMSNorm with the hand-derived backward; the semantics (default ``eps``, errors) of
-    :func:`normcore.functional.rms_norm`."""
-    lay, eps = F.rms_norm_layout(input, normalized_shape, weight, eps, "rms_norm")
-    return RMSNormalize.apply(input, weight, lay, eps)
-# ---------------------------------------------------------------------------------------
-# END rms_norm block
-# ---------------------------------------------------------------------------------------
+    r"""Weight Standardization; the semantics (conventions, default ``eps``, errors) of
+    :func:`normcore.functional.weight_standardize`."""
+    _, eps, conv = checks.weight_standardize_setup(weight, eps, convention)
+    return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])

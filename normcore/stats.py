@@ -42,6 +42,7 @@ average of every batch statistic seen so far.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 import torch
@@ -56,10 +57,7 @@ def _dims(x: torch.Tensor, dim) -> tuple[int, ...]:
 
 
 def _count(x: torch.Tensor, dims: Sequence[int]) -> int:
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
-    return n
+    return math.prod(x.shape[d] for d in dims)
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ how much.
 
 from __future__ import annotations
 
-import html
 import io
 import itertools
 import math
@@ -210,15 +209,26 @@ def _is_figure(obj: Any) -> bool:
     return isinstance(obj, Figure)
 
 
-def _frame(obj: Any, key: tuple, dpi: int) -> tuple[ipywidgets.Widget, int, str]:
-    """Turn one render result into a frame widget; return (widget, embedded bytes, format)."""
+def _frame(obj: Any, key: tuple, dpi: int, hidpi: bool = True,
+           colors: int | None = 256) -> tuple[ipywidgets.Widget, int, str]:
+    """Turn one render result into a frame widget; return (widget, embedded bytes, format).
+
+    A matplotlib Figure is drawn at ``dpi`` pixels per inch *as displayed*; with ``hidpi``
+    its PNG holds twice the pixels (sharp on 2x screens) and the image is shown at half its
+    pixel width, so a font of ``p`` points is ``p * dpi / 72`` px on the page either way.
+    """
+    width = None
     if _is_figure(obj):
-        obj = figure_to_png(obj, dpi=dpi)
+        width = round(obj.get_figwidth() * dpi)
+        obj = figure_to_png(obj, dpi=2 * dpi if hidpi else dpi, colors=colors)
     if isinstance(obj, (bytes, bytearray, memoryview)):
         data = bytes(obj)
         if not data.startswith(_PNG_SIGNATURE):
             raise TypeError(f"render{key} returned bytes that are not a PNG image")
-        w = ipywidgets.Image(value=data, format="png", layout=ipywidgets.Layout(max_width="100%"))
+        layout = ipywidgets.Layout(max_width="100%", height="auto")
+        if width is not None:
+            layout.width = f"{width}px"
+        w = ipywidgets.Image(value=data, format="png", layout=layout)
         return w, 4 * math.ceil(len(data) / 3), "png"
     if isinstance(obj, str):
         text = obj.lstrip()
@@ -272,6 +282,8 @@ def static_widget(
     max_frames: int = DEFAULT_MAX_FRAMES,
     max_bytes: int = DEFAULT_MAX_BYTES,
     dpi: int = 80,
+    hidpi: bool = True,
+    colors: int | None = 256,
 ) -> StaticWidget:
     """Render ``render(**values)`` over the whole grid of ``controls``, frames switched in JS.
 
@@ -293,7 +305,13 @@ def static_widget(
     max_frames, max_bytes:
         Page-weight guard; see :data:`DEFAULT_MAX_FRAMES`, :data:`DEFAULT_MAX_BYTES`.
     dpi:
-        Resolution of matplotlib figures.
+        Resolution of matplotlib figures as displayed (pixels per inch on the page): a font
+        of ``p`` points is ``p * dpi / 72`` px, so at the default 80 write at least 9 pt.
+    hidpi:
+        Render matplotlib figures with twice the pixels (sharp on HiDPI screens) and display
+        them at their ``dpi`` size.
+    colors:
+        Palette size of matplotlib frames (see :func:`figure_to_png`; ``None``: full RGBA).
 
     Returns
     -------
@@ -329,7 +347,7 @@ def static_widget(
     total = 0
     for key in itertools.product(*(range(s) for s in sizes)):
         kwargs = {n: specs[n].items[i] for n, i in zip(names, key)}
-        w, nbytes, fmt = _frame(render(**kwargs), key, dpi)
+        w, nbytes, fmt = _frame(render(**kwargs), key, dpi, hidpi, colors)
         w.add_class("normcore-frame")
         total += nbytes
         if total > max_bytes:
@@ -385,7 +403,3 @@ def static_widget(
     box.specs = specs
     return box
 
-
-def escape(text: str) -> str:
-    """HTML-escape plain text for use in a caption."""
-    return html.escape(text)

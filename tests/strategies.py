@@ -2,6 +2,8 @@
 import torch
 from hypothesis import strategies as st
 
+from normcore import data
+
 #: float32 at torch's usual tolerances (torch.testing defaults), float64 tight.
 TOL = {
     torch.float32: dict(rtol=1.3e-6, atol=1e-5),
@@ -27,16 +29,11 @@ def nchw_shapes(draw, min_spatial=0, max_spatial=3, max_channels=32, min_batch=2
 
 
 def make_input(shape, dtype, seed, loc_scale=True):
-    """A seeded input whose channels have different means and scales."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape, generator=g, dtype=torch.float64)
-    if loc_scale and len(shape) >= 2:
-        c = shape[1]
-        loc = torch.randn(c, generator=g, dtype=torch.float64) * 3
-        scale = torch.rand(c, generator=g, dtype=torch.float64) * 4 + 0.25
-        view = (1, c) + (1,) * (len(shape) - 2)
-        x = x * scale.reshape(view) + loc.reshape(view)
-    return x.to(dtype)
+    """A seeded input whose channels have different means and scales (normcore.data)."""
+    g = data.generator(seed)
+    if not loc_scale:
+        return data.normal(g, shape, dtype)
+    return data.structured(g, shape, dtype, scale=(0.25, 4.25), shift=3.0, sample_shift=0.0)
 
 
 def make_affine(shape, dtype, seed):

@@ -18,7 +18,7 @@ from torch.testing import assert_close
 
 import normcore.distributed as D
 import normcore.nn as nn
-from normcore import stats
+from normcore import stats, sync
 from normcore.distributed import SyncBatchNorm, compare, run
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
@@ -141,7 +141,7 @@ def test_a_wrong_merge_is_caught(monkeypatch):
         var = sum(p.m2 / p.count for p in parts) / len(parts)
         return stats.Moments(n, mean, var * n)
 
-    monkeypatch.setattr(D, "_merge", naive_merge)
+    monkeypatch.setattr(sync, "merge", naive_merge)
     res = compare([5, 2], seed=4, steps=1, rank_shift=1.0, start_method="fork")
     with pytest.raises(AssertionError):
         check_sync_equals_full(res, 1)

@@ -397,6 +397,67 @@ def ws_bit_std_plus_eps(w, eps):
     return (w - w.mean(d, keepdim=True)) / (w.std(d, keepdim=True, unbiased=False) + eps)
 
 
+# ---- folding BN into the layer before it ------------------------------------------------
+def _fold(weight, bias, gamma, beta, running_mean, running_var, eps, std=None, mean=True,
+          scale_bias=True):
+    if std is None:
+        std = torch.sqrt(running_var + eps)
+    s = gamma / std
+    w = weight * s.view([-1] + [1] * (weight.dim() - 1))
+    b = (bias * s if scale_bias else bias) - (s * running_mean if mean else 0) + beta
+    return w, b
+
+
+def fold_correct(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return _fold(weight, bias, gamma, beta, running_mean, running_var, eps)
+
+
+def fold_forgot_mean(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return _fold(weight, bias, gamma, beta, running_mean, running_var, eps, mean=False)
+
+
+def fold_bias_not_scaled(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return _fold(weight, bias, gamma, beta, running_mean, running_var, eps, scale_bias=False)
+
+
+def fold_var_not_std(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return _fold(weight, bias, gamma, beta, running_mean, running_var, eps,
+                 std=running_var + eps)
+
+
+def fold_std_plus_eps(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return _fold(weight, bias, gamma, beta, running_mean, running_var, eps,
+                 std=running_var.sqrt() + eps)
+
+
+def fold_without_eps(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return _fold(weight, bias, gamma, beta, running_mean, running_var, eps,
+                 std=running_var.sqrt())
+
+
+# ---- Chan's merge ------------------------------------------------------------------------
+def chan_correct(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
+    n = count_a + count_b
+    delta = mean_b - mean_a
+    return mean_a + delta * count_b / n, m2_a + m2_b + delta ** 2 * count_a * count_b / n
+
+
+def chan_plain_mean(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
+    _, m2 = chan_correct(count_a, mean_a, m2_a, count_b, mean_b, m2_b)
+    return (mean_a + mean_b) / 2, m2
+
+
+def chan_just_add(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
+    mean, _ = chan_correct(count_a, mean_a, m2_a, count_b, mean_b, m2_b)
+    return mean, m2_a + m2_b
+
+
+def chan_over_n_squared(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
+    n = count_a + count_b
+    mean, _ = chan_correct(count_a, mean_a, m2_a, count_b, mean_b, m2_b)
+    return mean, m2_a + m2_b + (mean_b - mean_a) ** 2 * count_a * count_b / n ** 2
+
+
 # =======================================================================================
 # what each student function must be diagnosed as
 # =======================================================================================
@@ -454,6 +515,14 @@ DIAGNOSES = [
      ["biased variance"]),
     ("weight_standardize", ws_bit_std_plus_eps, {"convention": "timm"}, ("eps_outside_sqrt",),
      ["std + eps"]),
+    ("fold_bn", fold_forgot_mean, {}, ("fold_no_mean",), ["not subtracted"]),
+    ("fold_bn", fold_bias_not_scaled, {}, ("fold_bias_unscaled",), ["unscaled"]),
+    ("fold_bn", fold_var_not_std, {}, ("fold_no_sqrt",), ["without the square root"]),
+    ("fold_bn", fold_std_plus_eps, {}, ("eps_outside_sqrt",), ["std + eps"]),
+    ("fold_bn", fold_without_eps, {}, ("no_eps",), ["left eps out", "set D"]),
+    ("chan_merge", chan_plain_mean, {}, ("chan_mean_unweighted",), ["(mean_a + mean_b) / 2"]),
+    ("chan_merge", chan_just_add, {}, ("chan_no_delta_term",), ["m2_a + m2_b"]),
+    ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["n ** 2"]),
 ]
 # the LayerNorm / RMSNorm chapter's ops (normcore/exercises/layer.py)
 from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402
@@ -508,6 +577,9 @@ CORRECT = [
     ("weight_standardize", ws_bit, {"convention": "bit"}),
     ("weight_standardize", ws_bit, {"convention": "timm"}),
     ("batch_norm", bn_correct, {"ndims": (4,), "seed": 3}),
+    ("fold_bn", fold_correct, {}),
+    ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
+    ("chan_merge", chan_correct, {}),
 ]
 
 

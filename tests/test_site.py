@@ -17,6 +17,16 @@ table of contents they assert:
 
 A full-page screenshot of each page goes to _build/screenshots/ (look at them).
 
+Readable on every screen, for every page, at 1280 px and at a phone's 390 px, in light and
+dark mode (the theme's switch; full-page screenshots of both go to _build/screenshots/):
+
+- nothing wider than its column: no code block, cell output, display equation, table, image
+  or widget sticks out of the article or scrolls inside its box; on the phone only code
+  inputs may scroll, and the page itself never scrolls sideways;
+- every figure image has alt text that says what it shows (not empty, not a file name);
+- no widget summary (`StaticWidget(...)`), which exists for nbval, shows on a page;
+- widget captions and body text keep a contrast of at least 4.5:1 in both modes.
+
 A small demo book, built from the same _config.yml into a temporary directory, holds
 widgets of every kind static_widget makes (so the widget machinery is tested even while no
 chapter has a widget yet), and two deliberately broken pages that the checks must catch.
@@ -193,6 +203,80 @@ def test_site_has_no_cdn_urls_in_scripts_and_styles(site):
     assert not bad, "\n".join(bad)
 
 
+def _readability_problems(page, *, phone: bool) -> list[str]:
+    out = []
+    o = sitecheck.inspect_overflow(page, phone)
+    out += [f"{x['kind']} {x['how']} by {x['by']} px: {x['what']}" for x in o["items"]]
+    if o["page_overflow"]:
+        out.append(f"the page scrolls sideways by {o['page_overflow']} px")
+    return out
+
+
+def _mode_problems(page) -> list[str]:
+    out = []
+    for sel in (".normcore-caption", "article.bd-article p"):
+        low = [c for c in sitecheck.inspect_contrast(page, sel) if c["ratio"] < 4.5]
+        out += [f"low contrast {c['ratio']} ({c['color']} on {c['background']}): {c['selector']} "
+                f"{c['text']!r}" for c in low[:5]]
+    return out
+
+
+def _shot_name(rel: str, suffix: str) -> str:
+    return rel.replace("/", "__").removesuffix(".html") + f"__{suffix}.png"
+
+
+def _check_screen(browser, server, rel: str, *, width: str, dark: bool, shots: Path) -> list[str]:
+    viewport = sitecheck.PHONE if width == "phone" else sitecheck.VIEWPORT
+    context, page = sitecheck.open_in_mode(browser, server, rel, viewport=viewport, dark=dark)
+    try:
+        theme = page.evaluate("() => document.documentElement.dataset.theme")
+        problems = [] if theme == ("dark" if dark else "light") else [f"theme is {theme!r}, not the mode asked for"]
+        problems += _readability_problems(page, phone=width == "phone")
+        problems += [f"figure without a real alt text: {b}" for b in sitecheck.inspect_alt_text(page)]
+        problems += [f"widget summary on the page: {t!r}"
+                     for t in sitecheck.visible_text_matches(page, r"StaticWidget\(")]
+        problems += _mode_problems(page)
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / _shot_name(rel, f"{width}-{'dark' if dark else 'light'}")),
+                        full_page=True)
+    finally:
+        context.close()
+    return problems
+
+
+SCREENS = [("desktop", False), ("desktop", True), ("phone", False), ("phone", True)]
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("width,dark", SCREENS, ids=[f"{w}-{'dark' if d else 'light'}" for w, d in SCREENS])
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_readable(site, browser, rel, width, dark):
+    """Nothing wider than its column (1280 px, 390 px), alt text, no widget summaries, and
+    readable text in light and dark mode; screenshots of each in _build/screenshots/."""
+    problems = _check_screen(browser, site, rel, width=width, dark=dark, shots=SHOTS)
+    assert not problems, f"{rel} ({width}, {'dark' if dark else 'light'}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.site
+def test_root_page_is_a_page(site):
+    """The site's root is a start page with a title and links, not an empty redirect."""
+    text = (HTML / "index.html").read_text(encoding="utf-8")
+    assert "<title>" in text and 'href="chapters/intro.html"' in text, text[:300]
+
+
+@pytest.mark.site
+def test_notebooks_say_how_to_run_them():
+    """A downloaded chapter notebook starts with how to install what it needs, and the wheel
+    it names is offered by the site."""
+    wheels = sorted((HTML / "_downloads").rglob("normcore-*.whl"))
+    assert wheels, "the site offers no normcore wheel (chapters/intro.md links it)"
+    for nb_path in sorted((ROOT / "chapters").glob("[0-9]*.ipynb")):
+        first = nbformat.read(nb_path, as_version=4).cells[0]
+        assert first.cell_type == "markdown" and "pip install" in first.source, nb_path.name
+        assert wheels[0].name in first.source, (nb_path.name, wheels[0].name)
+        assert "remove-cell" in first.metadata.get("tags", []), nb_path.name
+
+
 # --- the demo book: every kind of widget, and pages the checks must reject ------------------------
 
 GOOD_CELLS = [
@@ -248,6 +332,20 @@ BAD_MD = textwrap.dedent("""\
     <img src="http://127.0.0.2:9/outside.png" alt="an image from another host">
 
     <script>console.error("a deliberate console error");</script>
+
+    A display equation far wider than any column:
+
+    $$
+    y = a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13} + a_{14} + a_{15} + a_{16} + a_{17} + a_{18} + a_{19} + a_{20} + a_{21} + a_{22} + a_{23} + a_{24} + a_{25} + a_{26} + a_{27} + a_{28}
+    $$
+
+    ```python
+    a_code_line_that_is_much_too_long_for_the_column = "x" * 10 + "and it goes on and on and on and on and on and on and on and on"
+    ```
+
+    <img src="_static/favicon.png" alt="0123456789abcdef0123456789abcdef.png">
+
+    StaticWidget(norm=4, groups=3; 12 svg frames)
 """)
 
 
@@ -324,3 +422,23 @@ def test_checks_catch_a_broken_page(demo_site, browser):
     assert "MathJax error" in problems and "undefinedmacro" in problems
     assert "image did not load: missing.png" in problems
     assert report.widgets["embed_js"] == 0  # no widgets, no 1.9 MB widget manager
+
+
+@pytest.mark.site
+def test_readability_checks_catch_a_broken_page(demo_site, browser):
+    """The overflow, alt-text and summary checks find what bad.md breaks on purpose, at both
+    widths; the demo widgets page passes them in both modes."""
+    for width in ("desktop", "phone"):
+        problems = "\n".join(_check_screen(browser, demo_site, "bad.html", width=width, dark=False,
+                                            shots=SHOTS / "demo"))
+        assert "equation formula wider than its column" in problems, problems
+        assert "a_1 + a_2" in problems or "a1" in problems or "equation" in problems
+        assert "figure without a real alt text" in problems and "0123456789abcdef" in problems
+        assert "widget summary on the page: 'StaticWidget(norm=4" in problems
+        if width == "desktop":
+            assert "code wider than its box (scrolls)" in problems, problems
+        else:
+            assert "code wider" not in problems, problems  # a phone may scroll code
+    for dark in (False, True):
+        problems = _check_screen(browser, demo_site, "good.html", width="desktop", dark=dark, shots=SHOTS / "demo")
+        assert not problems, problems

@@ -161,3 +161,28 @@ def test_bad_panel():
 def test_spread_figure_needs_matching_lengths():
     with pytest.raises(ValueError, match="same length"):
         vb.spread_figure([2, 4, 8], [1.0, 0.7], [1.4, 1.0, 0.7])
+
+
+def test_widget_frame_text_is_at_least_10px_as_displayed():
+    """The chapter's widget shows the frames at 80 px per inch (twice the pixels in the PNG,
+    for HiDPI screens): every text is then at least 10 px."""
+    import matplotlib.text
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = vb.batch_dependence_figure(4, 1)
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip()]
+    assert min(sizes) * 80 / 72 >= 10, sorted(sizes)[:3]
+
+
+def test_hidpi_frames_are_shown_at_their_dpi_size():
+    w = static_widget(lambda n: vb.batch_dependence_figure(n, 0), {"n": [2, 4]}, dpi=80)
+    frame = w.frames[(0,)]
+    assert frame.layout.width == f"{round(7.6 * 80)}px"          # displayed size
+    from PIL import Image
+    import io
+    data = frame.value if isinstance(frame.value, bytes) else None
+    if data is not None:                                          # ipywidgets.Image frame
+        assert Image.open(io.BytesIO(data)).size[0] == round(7.6 * 160)  # 2x pixels

@@ -243,3 +243,22 @@ def test_ema_weights_figure_reads_the_weights_off_ema_update():
     for ln, m in zip(lines, (0.1, 0.5)):
         w = ln.get_ydata()
         assert all(math.isclose(w[j], m * (1 - m) ** j, rel_tol=1e-12) for j in range(10))
+
+
+def _smallest_text_px(fig, display_dpi: float) -> float:
+    """The smallest font of any visible text in ``fig``, in px at ``display_dpi``."""
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * display_dpi / 72
+
+
+def test_simulator_frame_text_is_at_least_10px_as_displayed(sim):
+    """The chapter shows the frames at 80 px per inch (static_widget's dpi; the PNG holds
+    twice the pixels for HiDPI screens): every text is then at least 10 px."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = R.simulation_figure(sim)
+    FigureCanvasAgg(fig)
+    assert _smallest_text_px(fig, 80) >= 10
+    assert "\u03b1" in R.title(sim) and "N = " in R.title(sim)   # the book's notation

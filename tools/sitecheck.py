@@ -177,6 +177,32 @@ def _wait_for_math(page) -> None:
                 await new Promise(r => setTimeout(r, 50));
             }
             await MathJax.startup.promise;
+            // MathJax typesets lazily (ui/lazy: as formulas scroll into view); scroll through
+            // the page so that every formula is typeset, and checked, before we look
+            // open the collapsed solutions and hidden inputs, so that their math is checked too
+            document.querySelectorAll('details').forEach(d => { d.open = true; });
+            document.querySelectorAll('.admonition.dropdown.toggle-hidden > .toggle-button, '
+                                      + '.admonition.dropdown.toggle-hidden button.toggle-button')
+                .forEach(b => b.click());
+            await new Promise(r => setTimeout(r, 100));
+            const step = Math.max(200, window.innerHeight - 100);
+            const pendingInView = () => Array.from(document.querySelectorAll('mjx-lazy')).some(e => {
+                const c = e.closest('mjx-container');
+                if (!c.getClientRects().length) return false;          // in a closed dropdown
+                const r = c.getBoundingClientRect();
+                return r.bottom >= -200 && r.top <= window.innerHeight + 200;
+            });
+            for (let y = 0; y < document.documentElement.scrollHeight; y += step) {
+                window.scrollTo(0, y);
+                await new Promise(r => requestAnimationFrame(() => setTimeout(r, 20)));
+                for (let k = 0; k < 50 && pendingInView(); k++)
+                    await new Promise(r => setTimeout(r, 20));
+            }
+            window.scrollTo(0, document.documentElement.scrollHeight);
+            await new Promise(r => setTimeout(r, 100));
+            if (MathJax.typesetPromise) { try { await MathJax.typesetPromise(); } catch (e) {} }
+            window.scrollTo(0, 0);
+            await new Promise(r => setTimeout(r, 50));
         }"""
     )
 
@@ -204,7 +230,11 @@ def inspect_math(page) -> dict:
             for (const el of els) {
                 const raw = Array.from(el.childNodes)
                     .filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.textContent).join('');
-                if (!el.querySelector('mjx-container') || /\\\(|\\\[|\$\$/.test(raw))
+                const c = el.querySelector('mjx-container');
+                const lazyShown = el.querySelector('mjx-lazy') && c.getBoundingClientRect().width > 0
+                    || (el.querySelector('mjx-lazy') && el.closest('article'));
+                if (!c || lazyShown
+                    || /\\\(|\\\[|\$\$/.test(raw))
                     untypeset.push(el.textContent.slice(0, 80));
             }
             for (const e of document.querySelectorAll('mjx-merror, [data-mjx-error]'))
@@ -429,3 +459,147 @@ def dir_size(path: Path) -> int:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# --- readable on every screen -------------------------------------------------------------------
+
+PHONE = {"width": 390, "height": 844}
+
+_OVERFLOW_JS = r"""(phone) => {
+    // Everything a reader must see whole: code blocks, cell outputs, display equations,
+    // tables, images, widgets. An element is "too wide" when its content is wider than its
+    // own box (it scrolls or is clipped) or when its box sticks out of the article column.
+    // On a phone (phone = true) only code *inputs* may scroll inside their own box.
+    const col = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+    const right = col.getBoundingClientRect().right + 1;
+    const out = [];
+    const seen = new Set();
+    const name = (el) => {
+        const cls = (el.className && el.className.baseVal === undefined) ? String(el.className) : '';
+        const sec = el.closest('section[id]');
+        const text = (el.innerText || el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 70);
+        return `${el.tagName.toLowerCase()}${cls ? '.' + cls.split(/\s+/).slice(0, 2).join('.') : ''}`
+             + `${sec ? ' in #' + sec.id : ''}: "${text}"`;
+    };
+    const check = (el, kind, mayScroll) => {
+        if (seen.has(el) || !(el.offsetWidth || el.getClientRects().length)) return;
+        seen.add(el);
+        const r = el.getBoundingClientRect();
+        const inner = el.scrollWidth - el.clientWidth;
+        if (r.right > right + 0.5)
+            out.push({kind, what: name(el), by: Math.round(r.right - right), how: 'sticks out of the column'});
+        else if (inner > 1 && !mayScroll)
+            out.push({kind, what: name(el), by: inner, how: 'wider than its box (scrolls)'});
+    };
+    for (const el of document.querySelectorAll('div.cell_input pre, div.highlight pre')) {
+        const isOutput = !!el.closest('div.cell_output');
+        check(el, isOutput ? 'output' : 'code', phone && !isOutput);
+    }
+    for (const el of document.querySelectorAll('div.cell_output pre, div.output pre'))
+        check(el, 'output', false);
+    for (const el of document.querySelectorAll('div.math, mjx-container[display="true"]')) {
+        check(el, 'equation', false);
+        const m = el.querySelector && el.querySelector('mjx-math');
+        if (m) {
+            const host = el.closest('div.math') || el;
+            const w = m.getBoundingClientRect().width, have = host.clientWidth;
+            if (w > have + 1 && !seen.has(m)) {
+                seen.add(m);
+                out.push({kind: 'equation', what: name(host), by: Math.round(w - have), how: 'formula wider than its column'});
+            }
+        }
+    }
+    for (const el of document.querySelectorAll('article table, article img, .jupyter-widgets.widget-vbox, div.admonition'))
+        check(el, el.tagName.toLowerCase() === 'table' ? 'table' : el.tagName.toLowerCase() === 'img' ? 'image' : 'box', false);
+    const page = document.documentElement.scrollWidth - window.innerWidth;
+    return {items: out, page_overflow: page > 1 ? page : 0, column: Math.round(col.getBoundingClientRect().width)};
+}"""
+
+
+def inspect_overflow(page, phone: bool) -> dict:
+    """Elements wider than the article column (see _OVERFLOW_JS), and by how much the page
+    itself scrolls sideways."""
+    return page.evaluate(_OVERFLOW_JS, phone)
+
+
+_ALT_JS = r"""() => {
+    // Every figure image of the article (not the theme's logo, not widget frames, whose text
+    // alternatives normcore.widgets provides) has alt text that says something: not empty,
+    // not a file name or a content hash.
+    const bad = [];
+    for (const img of document.querySelectorAll('article.bd-article img')) {
+        if (img.closest('.jupyter-widgets')) continue;
+        const alt = (img.getAttribute('alt') || '').trim();
+        const src = img.getAttribute('src') || '';
+        const fileish = /\.(png|jpe?g|svg|gif|webp)$/i.test(alt) || /[0-9a-f]{16,}/i.test(alt)
+                        || alt === src || alt.split(/\s+/).length < 3;
+        if (!alt || fileish) bad.push({src: src.slice(-60), alt: alt.slice(0, 80)});
+    }
+    return bad;
+}"""
+
+
+def inspect_alt_text(page) -> list[dict]:
+    return page.evaluate(_ALT_JS)
+
+
+def visible_text_matches(page, pattern: str) -> list[str]:
+    """Lines of the page's visible text that match a JS regular expression."""
+    return page.evaluate(
+        """(pat) => document.body.innerText.split('\\n').filter(l => new RegExp(pat).test(l))
+                      .map(l => l.trim().slice(0, 120))""",
+        pattern,
+    )
+
+
+_CONTRAST_JS = r"""(selector) => {
+    // WCAG contrast of the text of every element matching `selector` against the first
+    // opaque background behind it.
+    const rgb = (s) => { const m = s.match(/[\d.]+/g); return m ? m.map(Number) : [0, 0, 0, 0]; };
+    const lum = ([r, g, b]) => {
+        const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); };
+        return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const bg = (el) => {
+        for (let e = el; e; e = e.parentElement) {
+            const c = rgb(getComputedStyle(e).backgroundColor);
+            if (c.length < 4 || c[3] > 0.5) return c;
+        }
+        return [255, 255, 255];
+    };
+    const out = [];
+    for (const el of document.querySelectorAll(selector)) {
+        if (!(el.offsetWidth || el.getClientRects().length)) continue;
+        const fg = rgb(getComputedStyle(el).color), b = bg(el);
+        const l1 = lum(fg), l2 = lum(b);
+        const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+        out.push({selector, ratio: Math.round(ratio * 100) / 100, color: getComputedStyle(el).color,
+                  background: `rgb(${b.slice(0, 3).join(',')})`,
+                  text: (el.innerText || '').trim().slice(0, 50)});
+    }
+    return out;
+}"""
+
+
+def inspect_contrast(page, selector: str) -> list[dict]:
+    return page.evaluate(_CONTRAST_JS, selector)
+
+
+def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | None = None,
+                 dark: bool = False, settle_ms: int = 300):
+    """Open `rel` like open_page, at `viewport`, in the theme's light or dark mode (set as the
+    theme's own switch does: localStorage "mode"/"theme" before the page loads)."""
+    context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
+    mode = "dark" if dark else "light"
+    context.add_init_script(
+        f"try {{ localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}'); }} catch (e) {{}}"
+    )
+    local = urlsplit(server.origin).netloc
+    context.route("**/*", lambda r: r.continue_() if urlsplit(r.request.url).netloc in (local, "")
+                  or urlsplit(r.request.url).scheme in ("data", "blob", "about") else r.abort("blockedbyclient"))
+    page = context.new_page()
+    page.goto(server.url(rel), wait_until="load", timeout=60_000)
+    _wait_for_math(page)
+    _wait_for_widgets(page)
+    page.wait_for_timeout(settle_ms)
+    return context, page

@@ -19,8 +19,8 @@ from .variants import role_layout, role_names, role_variants, same_set_as, spati
     variant
 
 _INPUT_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
-#: The roles BatchNorm's set spans: the sums of its gradient run over them too.
-BATCH_ROLES = ("N", "S")
+#: The roles BatchNorm's set spans (from the table): the sums of its gradient run over them.
+BATCH_ROLES = axes.TABLE["batch"].roles
 
 
 class BatchNormBackwardOp(Op):

@@ -34,6 +34,10 @@ def check(op: str, student_fn: Callable, **options) -> Report:
     for case in cases:
         try:
             raw = impl.call(student_fn, case)
+        except NotImplementedError:
+            return failed(impl.name, "not_implemented", wrap(
+                "Your function raised NotImplementedError: it is still the stub. Replace "
+                "`raise NotImplementedError()` with your code."))
         except Exception as e:  # noqa: BLE001 - any error of the student's code is reported
             return _report_exception(impl, parsed, case, e)
         got = _as_outputs(impl, case, raw)

@@ -22,7 +22,8 @@ from .report import dtype_text, number, shape_text
 from .variants import role_layout, role_names, role_variants, same_set_as, spatial_names, \
     variant
 
-#: Why each norm's set is what it is, in words (the "wrong_axes" report).
+#: Why each norm's set is what it is, in words (the "wrong_axes" report; the set itself, in
+#: :func:`normcore.axes.describe`'s words, follows in the report).
 NORM_WHY = {
     "batch": "BatchNorm gives each channel one mean and one variance, shared by every sample "
              "and every position of the batch.",
@@ -51,18 +52,19 @@ class NormOp(Op):
 
     ``shapes``, ``shapes32``, ``shapes_big``: input rank -> the shape of the float64 sets,
     of the float32 set and of the large-mean set (GroupNorm: ``(shape, num_groups)``).
-    ``roles_ref``: the roles :math:`S_i` spans; ``set1``: what the nearly constant set of
-    the eps test is ("channel 1").
+    ``set1``: the nearly constant set of the eps test, in words ("channel 1").  The set
+    :math:`S_i` itself, and the roles a mistake reduces over, come from
+    :data:`normcore.axes.TABLE`.
     """
 
     misconceptions = ("wrong_axes", "unbiased_var", "eps_outside_sqrt", "no_eps", "fixed_eps",
                       "naive_var", "no_affine")
 
-    def __init__(self, name, abbr, norm, ndims, shapes, shapes32, shapes_big, roles_ref, set1):
+    def __init__(self, name, abbr, norm, ndims, shapes, shapes32, shapes_big, set1):
         self.name, self.abbr, self.norm = name, abbr, norm
         self.ndims_allowed = self.ndims_default = ndims
         self.shapes, self.shapes32, self.shapes_big = shapes, shapes32, shapes_big
-        self.roles_ref, self.set1 = roles_ref, set1
+        self.set1 = set1
         self.grouped = norm == "group"
         self.call_text = ("f(x, num_groups, gamma, beta, eps)" if self.grouped
                           else "f(x, gamma, beta, eps)")
@@ -225,7 +227,7 @@ class NormOp(Op):
         shape, G = shown.shape, shown.groups
         names = ["N", "C"] + spatial_names(len(shape) - 2)
         ctx = {"norm": axes.TITLES[self.norm], "shape": shape_text(shape), "names": names,
-               "want": role_names(self.roles_ref, names)}
+               "want": role_names(axes.TABLE[self.norm].roles, names)}
         lay = axes.layout(self.norm, shape, G)
         if self.grouped:
             fix = (f"reshape x to `(N, num_groups, -1)` (here {shape_text((shape[0], G, -1))}), "
@@ -282,22 +284,22 @@ for _op in (
            {2: (4, 3), 3: (3, 4, 5), 4: (2, 3, 3, 2)},
            {2: (5, 4), 3: (2, 4, 6), 4: (3, 4, 2, 3)},
            {2: (8, 4), 3: (4, 4, 8), 4: (2, 4, 4, 4)},
-           ("N", "S"), "channel 1"),
+           "channel 1"),
     NormOp("layer_norm", "LN", "layer", (2, 3, 4),
            {2: (3, 5), 3: (2, 3, 4), 4: (2, 3, 2, 3)},
            {2: (4, 6), 3: (3, 4, 5), 4: (2, 4, 3, 2)},
            {2: (4, 32), 3: (4, 4, 8), 4: (2, 4, 4, 2)},
-           ("C", "S"), "sample 1"),
+           "sample 1"),
     NormOp("instance_norm", "IN", "instance", (3, 4),
            {3: (2, 3, 4), 4: (2, 3, 3, 2)},
            {3: (3, 4, 5), 4: (2, 4, 2, 3)},
            {3: (4, 4, 8), 4: (2, 4, 4, 4)},
-           ("S",), "channel 1 of sample 0"),
+           "channel 1 of sample 0"),
     NormOp("group_norm", "GN", "group", (2, 3, 4),
            {2: ((3, 6), 3), 3: ((2, 6, 4), 3), 4: ((2, 6, 2, 3), 2)},
            {2: ((4, 8), 4), 3: ((2, 8, 3), 2), 4: ((2, 8, 2, 2), 4)},
            {2: ((4, 8), 2), 3: ((4, 8, 4), 2), 4: ((2, 8, 2, 4), 2)},
-           ("G", "S"), "group 1 of sample 0"),
+           "group 1 of sample 0"),
 ):
     register(_op)
 del _op

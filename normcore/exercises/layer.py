@@ -8,9 +8,8 @@
   dbeta)``.
 * ``rms_norm``: ``f(x, normalized_shape, gamma, eps) -> y``.
 
-Each mistake is the reference (:func:`normcore.functional.normalize` with a LayerNorm
-:class:`~normcore.axes.Layout`, :func:`normcore.functional.rms_norm_formula`, or autograd
-through them) with one knob changed: the reduce set (BatchNorm's set, the last dim only),
+Each mistake is the reference (:func:`normcore.functional.normalize` with a LayerNorm or
+an RMSNorm :class:`~normcore.axes.Layout`, or autograd through it) with one knob changed: the reduce set (BatchNorm's set, the last dim only),
 gamma and beta per channel, the variance formula (:func:`normcore.stats.var_naive`), the
 correction, where eps goes, the mean subtracted in RMSNorm, the mean's or the variance's
 gradient path dropped (detached), gamma taken out of the set sums as in BatchNorm.
@@ -22,7 +21,7 @@ import dataclasses
 import torch
 
 from .. import axes, functional, stats
-from ..functional import normalize, rms_norm_formula
+from ..functional import normalize
 from .catalogue import Misconception, add as _add
 from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
 from .ops import Op, register
@@ -94,18 +93,19 @@ def _ns_text(shape, k) -> str:
     return shape_text(ns)
 
 
-def _ln_layout(shape, k):
-    return axes.layout("layer", shape, normalized_ndim=k)
+def _ln_layout(shape, k, norm="layer"):
+    return axes.layout(norm, shape, normalized_ndim=k)
 
 
 def _reduce_layout(lay, which):
-    """LN's layout, or the same view reduced over the batch or over the last dim only."""
-    nd = len(lay.shape)
-    if which == "batch":
-        return dataclasses.replace(lay, reduce_dims=(0,))
-    if which == "last":
-        return dataclasses.replace(lay, reduce_dims=(nd - 1,))
-    return lay
+    """LN's layout, or the input (unflattened) reduced over the batch dim or over its last
+    dim only; gamma and beta still broadcast against the trailing dims."""
+    if which == "layer":
+        return lay
+    shape, nd, k = tuple(lay.shape), len(lay.shape), len(lay.affine_shape)
+    dims = (0,) if which == "batch" else (nd - 1,)
+    return dataclasses.replace(lay, view_shape=shape, reduce_dims=dims,
+                               affine_view_shape=(1,) * (nd - k) + tuple(lay.affine_shape))
 
 
 def _per_channel(t, k):
@@ -218,8 +218,9 @@ class LayerNormShapeOp(_LayerShapeBase):
         if spec["affine"] == "channel":
             gamma, beta = _per_channel(gamma, k), _per_channel(beta, k)
         if spec["var"] == "naive":
-            mean = x.mean(lay.reduce_dims, keepdim=True)
-            var = stats.var_naive(x, lay.reduce_dims, correction=spec["correction"],
+            xv = x.reshape(lay.view_shape)
+            mean = xv.mean(lay.reduce_dims, keepdim=True)
+            var = stats.var_naive(xv, lay.reduce_dims, correction=spec["correction"],
                                   keepdim=True)
             return (normalize(x, lay, case.eps, gamma, beta, mean=mean, var=var,
                               eps_mode=spec["eps_mode"]).output,)
@@ -335,7 +336,8 @@ class LayerNormBackwardOp(_LayerShapeBase):
             x = x0.clone().requires_grad_(True)
             gamma = g0.clone().requires_grad_(True)
             beta = torch.zeros_like(gamma, requires_grad=True)
-            var, mean = torch.var_mean(x, dim=lay.reduce_dims, correction=0, keepdim=True)
+            var, mean = torch.var_mean(x.reshape(lay.view_shape), dim=lay.reduce_dims,
+                                       correction=0, keepdim=True)
             if not spec["mean_grad"]:
                 mean = mean.detach()
             if not spec["var_grad"]:
@@ -431,13 +433,10 @@ class RMSNormOp(_LayerShapeBase):
 
     def evaluate(self, spec, case):
         x, k, gamma = case.args["x"], len(case.args["normalized_shape"]), case.args["gamma"]
-        lay = _reduce_layout(_ln_layout(case.shape, k), spec["reduce"])
-        if spec["center"]:
-            x = x - x.mean(lay.reduce_dims, keepdim=True)
-        if spec["eps_mode"] == "outside":
-            rms = (x * x).mean(lay.reduce_dims, keepdim=True).sqrt()
-            return (gamma * x / (rms + case.eps),)
-        return (rms_norm_formula(x, lay, case.eps, gamma)[0],)
+        # RMSNorm's layout (uncentered), or LayerNorm's when the mean is subtracted
+        lay = _reduce_layout(_ln_layout(case.shape, k, "layer" if spec["center"] else "rms"),
+                             spec["reduce"])
+        return (normalize(x, lay, case.eps, gamma, eps_mode=spec["eps_mode"]).output,)
 
     def context(self, options, cases):
         shape, k, names = self._words(options, cases)

@@ -7,7 +7,7 @@ drives it through the hooks below, in this order:
 1. :meth:`Op.parse_options` the keyword options of ``check``;
 2. :meth:`Op.cases` builds the seeded test sets;
 3. :meth:`Op.call` calls the student's function on each set, :meth:`Op.reference` the
-   op's :meth:`Op.solution` (the one reference: ``normcore.reference(op)`` and
+   op's :meth:`Op.solution` (the one reference: ``exercises.reference(op)`` and
    ``signature(op)`` derive from it too);
 4. outputs are checked against :attr:`Op.outputs`, :meth:`Op.expected_shapes` and the
    set's dtype, then their values against the reference;

@@ -17,7 +17,8 @@ from .catalogue import CATALOGUE
 WIDTH = 76  # fits the book's output column
 
 #: Every value of :attr:`Report.kind`.
-KINDS = ("pass", "misconception", "unknown", "exception", "type", "shape", "dtype", "nan")
+KINDS = ("pass", "misconception", "unknown", "not_implemented", "exception", "type", "shape",
+         "dtype", "nan")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class Report:
     """What :func:`check` found.  Prints as plain, deterministic text.
 
     ``kind`` is one of ``"pass"``, ``"misconception"``, ``"unknown"`` (wrong, no known
-    mistake matches), ``"exception"``, ``"type"``, ``"shape"``, ``"dtype"``, ``"nan"``.
+    mistake matches), ``"not_implemented"`` (the function raised ``NotImplementedError``:
+    still the stub of a student notebook), ``"exception"``, ``"type"``, ``"shape"``,
+    ``"dtype"``, ``"nan"``.
     ``misconception`` is a :data:`CATALOGUE` key (the first, if two mistakes combine;
     ``misconceptions`` has them all).  ``max_abs_error`` is the largest difference from the
     reference over every test set (``None`` when the values could not be compared).
@@ -44,6 +47,8 @@ class Report:
     def headline(self) -> str:
         if self.passed:
             return f"{self.op}: correct."
+        if self.kind == "not_implemented":
+            return f"{self.op}: not implemented."
         if self.misconceptions:
             titles = " + ".join(f"{CATALOGUE[k].title} [{k}]" for k in self.misconceptions)
             return f"{self.op}: not correct. Diagnosis: {titles}"

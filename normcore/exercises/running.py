@@ -1,18 +1,25 @@
-"""Checker op of BatchNorm's running statistics: ``running_update``.
+"""Checker ops of the running-statistics chapter: ``running_update``, ``fold_bn``,
+``chan_merge``.
 
 ``f(running_mean, running_var, x, momentum) -> (new_running_mean, new_running_var)``: the
 buffers' update in training mode (the unbiased batch variance is stored,
 ``r <- (1 - m) r + m s``).  The mistakes turn the variance ``correction``, the order of
 :func:`normcore.stats.ema_update_`'s factor, or the variance formula.
+
+``fold_bn`` folds an eval-mode BatchNorm into the ``Linear``/``ConvNd`` before it
+(:func:`normcore.fold.fold_bn`); ``chan_merge`` merges the moments of two parts with
+Chan's formula (:func:`normcore.stats.chan_merge`).  Their own mistakes are added to the
+catalogue here.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import axes, functional, stats
+from .. import axes, fold, functional, stats
 from ..functional import normalize
-from .inputs import SET_NAMES, Case, draw, large_mean, structured
-from .ops import Op, register
+from .catalogue import Misconception, add
+from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
+from .ops import Op, locate_sample_channel, register
 from .report import dtype_text, number, shape_text
 from .variants import variant
 
@@ -116,3 +123,248 @@ class RunningUpdateOp(Op):
 
 
 register(RunningUpdateOp())
+
+
+# =======================================================================================
+# folding an eval-mode BatchNorm into the layer before it
+# =======================================================================================
+add(Misconception(
+    "fold_no_mean", "running mean left out of the folded bias",
+    "folded bias s * b + beta: the - s * running_mean term is missing",
+    "Your folded bias is `s * b + beta`: the running mean is not subtracted.",
+    "In eval mode BatchNorm computes `s * (z - running_mean) + beta` with "
+    "`s = gamma / sqrt(running_var + eps)`; with `z = W x + b` that is "
+    "`(s W) x + s * (b - running_mean) + beta`.",
+    "`b' = s * (b - running_mean) + beta`."))
+add(Misconception(
+    "fold_bias_unscaled", "bias folded without the scale",
+    "folded bias b - s * running_mean + beta: the layer's own bias is not scaled by s",
+    "Your folded bias adds the layer's bias b unscaled: `b - s * running_mean + beta`.",
+    "BatchNorm scales everything that comes out of the layer, its bias included: "
+    "`s * (W x + b - running_mean) + beta`.",
+    "`b' = s * (b - running_mean) + beta`."))
+add(Misconception(
+    "fold_no_sqrt", "divided by the variance instead of the std",
+    "scale gamma / (running_var + eps) instead of gamma / sqrt(running_var + eps)",
+    "You divided gamma by `running_var + eps`, without the square root.",
+    "BatchNorm divides by the standard deviation: `s = gamma / sqrt(running_var + eps)`.",
+    "`s = gamma / torch.sqrt(running_var + eps)`."))
+
+
+class FoldBatchNormOp(Op):
+    """``f(weight, bias, gamma, beta, running_mean, running_var, eps) -> (weight, bias)``:
+    the weight and bias of ``Linear`` or ``ConvNd`` followed by an eval-mode BatchNorm,
+    folded into one layer (:func:`normcore.fold.fold_bn`)."""
+
+    name = "fold_bn"
+    abbr = "fold"
+    call_text = "f(weight, bias, gamma, beta, running_mean, running_var, eps)"
+    input_name = "weight"
+    outputs = ("weight", "bias")
+    ndims_allowed = (2, 3, 4)
+    ndims_default = (2, 4)
+    misconceptions = ("eps_outside_sqrt", "no_eps", "fold_no_mean", "fold_bias_unscaled",
+                      "fold_no_sqrt")
+    indexed_by_sample_and_channel = False
+    shapes = {2: (4, 5), 3: (3, 2, 3), 4: (4, 3, 2, 2)}
+    shapes32 = {2: (6, 3), 3: (5, 2, 3), 4: (5, 2, 3, 3)}
+
+    def cases(self, options):
+        gen = torch.Generator().manual_seed(options["seed"])
+        names = iter(SET_NAMES)
+        top = max(options["ndims"])
+        plan = [(self.shapes[d], torch.float64, "regular", 1e-5) for d in options["ndims"]]
+        plan.append((self.shapes32[top], torch.float32, "float32", 1e-5))
+        plan.append((self.shapes[top], torch.float64, "nearzero", 1e-3))
+        out = []
+        for shape, dtype, kind, eps in plan:
+            C = shape[0]
+            args = {"weight": draw(gen, shape, dtype), "bias": draw(gen, (C,), dtype)}
+            args["gamma"], args["beta"] = affine(gen, (C,), dtype)
+            args["running_mean"] = (2.0 * draw(gen, (C,))).to(dtype)
+            var = 0.5 + 1.5 * torch.rand(C, generator=gen, dtype=torch.float64)
+            label = f"weight of shape {shape_text(shape)}, {dtype_text(dtype)}"
+            if kind == "nearzero":
+                var[1] = 1e-6
+                label += (", eps=0.001; channel 1 has running_var 1e-6, so eps matters "
+                          "there")
+            args["running_var"] = var.to(dtype)
+            out.append(Case(next(names), label, args, shape, dtype, eps, kind=kind,
+                            options=options))
+        return out
+
+    def solution(self, options):
+        def fold_bn(weight, bias, gamma, beta, running_mean, running_var, eps):
+            C_out, C_in = weight.shape[:2]
+            kernel = tuple(weight.shape[2:])
+            kw = {"dtype": weight.dtype}
+            layer = (torch.nn.Linear(C_in, C_out, **kw) if not kernel else
+                     (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)[len(kernel) - 1](
+                         C_in, C_out, kernel, **kw))
+            bn = torch.nn.BatchNorm1d(C_out, eps=eps, **kw).eval()
+            with torch.no_grad():
+                for module, values in ((layer, (weight, bias)), (bn, (gamma, beta))):
+                    module.weight.copy_(values[0])
+                    module.bias.copy_(values[1])
+                bn.running_mean.copy_(running_mean)
+                bn.running_var.copy_(running_var)
+            fused = fold.fold_bn(layer, bn)
+            return fused.weight.detach(), fused.bias.detach()
+        return fold_bn
+
+    def call(self, fn, case):
+        a = case.args
+        return fn(a["weight"].clone(), a["bias"].clone(), a["gamma"].clone(), a["beta"].clone(),
+                  a["running_mean"].clone(), a["running_var"].clone(), case.eps)
+
+    def call_hint(self, options):
+        shapes = {2: "(C_out, C_in)", 3: "(C_out, C_in, k)", 4: "(C_out, C_in, kH, kW)"}
+        return ("The checker calls " + self.call_text + " with weight of shape "
+                + " and ".join(shapes[d] for d in options["ndims"]) + ".")
+
+    def expected_shapes(self, case):
+        return (case.shape, (case.shape[0],))
+
+    def shape_hint(self, i):
+        return " (the shape of weight)" if i == 0 else " (one value per output channel)"
+
+    def base_spec(self, options):
+        return {"eps_mode": "inside", "eps": "given", "sqrt": True, "mean": True,
+                "bias_scaled": True}
+
+    def candidates(self, options, cases):
+        return [variant("fold_no_mean", {"mean": False}),
+                variant("fold_bias_unscaled", {"bias_scaled": False}),
+                variant("fold_no_sqrt", {"sqrt": False}),
+                variant("eps_outside_sqrt", {"eps_mode": "outside"}),
+                variant("no_eps", {"eps": "none", "eps_mode": "inside"})]
+
+    def evaluate(self, spec, case):
+        a = case.args
+        eps = case.eps if spec["eps"] == "given" else 0.0
+        var = a["running_var"]
+        if not spec["sqrt"]:
+            std = var + eps
+        elif spec["eps_mode"] == "outside":
+            std = var.sqrt() + eps
+        else:
+            std = (var + eps).sqrt()
+        scale = a["gamma"] / std                                        # s_c
+        weight = a["weight"] * scale.reshape((-1,) + (1,) * (a["weight"].dim() - 1))
+        mean = a["running_mean"] if spec["mean"] else torch.zeros_like(a["running_mean"])
+        bias = a["bias"] * scale if spec["bias_scaled"] else a["bias"]
+        return (weight, bias - scale * mean + a["beta"])               # s b - s mu + beta
+
+    def context(self, options, cases):
+        near = next(c for c in cases if c.kind == "nearzero")
+        return {"norm": "BatchNorm", "eps_case": near.name,
+                "eps_where": " (here `s = gamma / torch.sqrt(running_var + eps)`)"}
+
+    def locate(self, case, i, idx):
+        if i == 1:
+            return f"output channel {idx[0]}"
+        return locate_sample_channel(idx, "output channel", "input channel")
+
+
+register(FoldBatchNormOp())
+
+
+# =======================================================================================
+# Chan's merge of two partial statistics
+# =======================================================================================
+add(Misconception(
+    "chan_mean_unweighted", "merged mean not weighted by the counts",
+    "merged mean (mean_a + mean_b) / 2 instead of weighting each part by its count",
+    "You averaged the two means as `(mean_a + mean_b) / 2`.",
+    "The two parts hold count_a and count_b values; the mean of their union weights each "
+    "part's mean by its count: `mean_a + delta * count_b / n` with `delta = mean_b - mean_a` "
+    "and `n = count_a + count_b`. The plain average is right only when the counts are equal.",
+    "`mean = mean_a + (mean_b - mean_a) * count_b / (count_a + count_b)`."))
+add(Misconception(
+    "chan_no_delta_term", "M2 of the union without the term of the means",
+    "merged M2 = M2_a + M2_b: the delta^2 count_a count_b / n term is missing",
+    "Your merged M2 is `m2_a + m2_b`.",
+    "Each part's M2 sums the squared deviations from its own mean; the union's are from the "
+    "merged mean, and the gap between the two means adds `delta^2 * count_a * count_b / n`. "
+    "Without it the variance of two parts with different means comes out too small.",
+    "`m2 = m2_a + m2_b + delta ** 2 * count_a * count_b / n`."))
+add(Misconception(
+    "chan_delta_weight", "the term of the means weighted by 1/n^2",
+    "delta^2 count_a count_b / n^2 instead of / n",
+    "You weighted the term of the means by `count_a * count_b / n ** 2`.",
+    "That is the term for the variance (divided by n), but M2 is a sum of squared deviations, "
+    "not a mean: the term is `delta^2 * count_a * count_b / n`.",
+    "`m2 = m2_a + m2_b + delta ** 2 * count_a * count_b / n`."))
+
+
+class ChanMergeOp(Op):
+    """``f(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)``: the moments of
+    the union of two parts, per channel (:func:`normcore.stats.chan_merge`)."""
+
+    name = "chan_merge"
+    abbr = "Chan"
+    call_text = "f(count_a, mean_a, m2_a, count_b, mean_b, m2_b)"
+    input_name = "mean_a"
+    outputs = ("mean", "m2")
+    ndims_allowed = ndims_default = (1,)
+    misconceptions = ("chan_mean_unweighted", "chan_no_delta_term", "chan_delta_weight")
+    indexed_by_sample_and_channel = False
+    plan = (((1, 7), 3, torch.float64), ((30, 4), 4, torch.float64), ((5, 5), 3, torch.float64),
+            ((12, 20), 5, torch.float32))
+
+    def cases(self, options):
+        gen = torch.Generator().manual_seed(options["seed"])
+        names = iter(SET_NAMES)
+        out = []
+        for (count_a, count_b), C, dtype in self.plan:
+            args = {}
+            for part, count in (("a", count_a), ("b", count_b)):
+                x = (structured(gen, (count, C), torch.float64) + 3 * draw(gen, (1,))).to(dtype)
+                m = stats.moments(x, dim=0)
+                args.update({f"count_{part}": count, f"mean_{part}": m.mean, f"m2_{part}": m.m2})
+            label = (f"mean_a of shape {shape_text((C,))}, {dtype_text(dtype)}, "
+                     f"count_a={count_a}, count_b={count_b}")
+            out.append(Case(next(names), label, args, (C,), dtype, options=options))
+        return out
+
+    def solution(self, options):
+        def chan_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
+            merged = stats.chan_merge(stats.Moments(count_a, mean_a, m2_a),
+                                      stats.Moments(count_b, mean_b, m2_b))
+            return merged.mean, merged.m2
+        return chan_merge
+
+    def call(self, fn, case):
+        a = case.args
+        return fn(a["count_a"], a["mean_a"].clone(), a["m2_a"].clone(), a["count_b"],
+                  a["mean_b"].clone(), a["m2_b"].clone())
+
+    def expected_shapes(self, case):
+        return (case.shape, case.shape)
+
+    def shape_hint(self, i):
+        return " (one value per channel, the shape of mean_a)"
+
+    def base_spec(self, options):
+        return {"mean": "weighted", "delta": "1/n"}
+
+    def candidates(self, options, cases):
+        return [variant("chan_mean_unweighted", {"mean": "plain"}),
+                variant("chan_no_delta_term", {"delta": "none"}),
+                variant("chan_delta_weight", {"delta": "1/n^2"})]
+
+    def evaluate(self, spec, case):
+        a = case.args
+        n_a, n_b = a["count_a"], a["count_b"]
+        n = n_a + n_b
+        delta = a["mean_b"] - a["mean_a"]
+        mean = (a["mean_a"] + delta * (n_b / n) if spec["mean"] == "weighted"
+                else (a["mean_a"] + a["mean_b"]) / 2)
+        weight = {"1/n": n_a * n_b / n, "none": 0.0, "1/n^2": n_a * n_b / n ** 2}[spec["delta"]]
+        return (mean, a["m2_a"] + a["m2_b"] + delta * delta * weight)
+
+    def locate(self, case, i, idx):
+        return f"channel {idx[0]}"
+
+
+register(ChanMergeOp())

@@ -6,10 +6,12 @@ catalogue key(s) it stands for and the knobs it changes; ``variant.spec(base)`` 
 whole knob dict the op's ``evaluate`` hook computes with.  Two variants that turn
 different knobs add up (``a + b``) to the pair of mistakes made at once.
 
-The ``wrong_axes`` variants reduce over another set of *roles* of the input's view
-(``N`` batch, ``C`` channels, ``G`` the channels of one group, ``S`` every spatial dim,
-``last`` only the last dim); :func:`role_layout` turns a set of roles into a
-:class:`~normcore.axes.Layout` and :func:`role_names` into words.
+The ``wrong_axes`` variants reduce over another set of *roles* of the input's view, the
+vocabulary of :mod:`normcore.axes` (``N`` batch, ``C`` channels, ``G`` the channels of one
+group, ``S`` every spatial dim, and ``last``, only the last dim):
+:func:`role_layout` makes a set of roles a :class:`~normcore.axes.Layout` with
+:func:`normcore.axes.roles_layout`, and :func:`role_names` names its dims for one input
+("(N, H, W)").
 """
 from __future__ import annotations
 
@@ -76,35 +78,26 @@ def all_close(outs_a, outs_b, cases) -> bool:
 
 
 # ---- wrong reduce sets ---------------------------------------------------------------------
-#: The reduce sets tried for ``wrong_axes``, as roles of the input's view.
+#: The reduce sets tried for ``wrong_axes``, as roles of :mod:`normcore.axes` (``N``,
+#: ``C``, ``G``, ``S`` and the extra role ``last``), in the order they are tried: when two
+#: give the same numbers on the test sets, the first one names the mistake.
 ROLE_SETS = [("N",), ("S",), ("C", "S"), ("N", "C", "S"), ("last",), ("C",), ("N", "C"),
              ("N", "S"), ("G",), ("N", "G", "S"), ("N", "G")]
+assert all(set(r) <= set(axes.ROLES + axes.EXTRA_ROLES) for r in ROLE_SETS)
 
 
 def role_layout(base: Layout, roles) -> Layout | None:
-    """``base`` with the reduce dims that ``roles`` name; ``None`` if they name no dim."""
+    """``base`` reducing over the dims that ``roles`` name instead of its own
+    (:func:`normcore.axes.roles_layout`); ``None`` if they name no dim of this input."""
     grouped = base.norm == "group" and base.num_groups is not None
-    ndim = len(base.view_shape)
-    first_spatial = 3 if grouped else 2
-    channel_dims = (1, 2) if grouped else (1,)
-    spatial = tuple(range(first_spatial, ndim))
-    dims: set[int] = set()
-    for role in roles:
-        if role == "N":
-            dims.add(0)
-        elif role == "C":
-            dims.update(channel_dims)
-        elif role == "G":
-            if not grouped:
-                return None
-            dims.add(2)
-        elif role == "S":
-            dims.update(spatial)  # nothing for an (N, C) input
-        elif role == "last":
-            dims.update(spatial[-1:] or channel_dims)
-    if not dims:
+    if "last" in roles and grouped and len(base.view_shape) == 3:
+        # the last dim of an (N, C) input is all of C: both channel dims of the view
+        roles = tuple("C" if r == "last" else r for r in roles)
+    try:
+        lay = axes.roles_layout(base.shape, roles, base.num_groups if grouped else None)
+    except ValueError:
         return None
-    return dataclasses.replace(base, reduce_dims=tuple(sorted(dims)))
+    return dataclasses.replace(base, reduce_dims=lay.reduce_dims)
 
 
 def role_variants(base_layouts) -> list[Variant]:
@@ -138,12 +131,6 @@ def role_names(roles, names) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def labels_of(lay: Layout) -> torch.Tensor:
-    """Label array of an arbitrary layout (as :func:`axes.stat_groups` does for a norm)."""
-    stat = lay.stat_shape
-    return torch.arange(lay.num_sets).reshape(stat).expand(lay.view_shape).reshape(lay.shape)
-
-
 def same_partition(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Do the label arrays ``a`` and ``b`` group the elements into the same sets?"""
     a, b = a.flatten(), b.flatten()
@@ -152,7 +139,7 @@ def same_partition(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def same_set_as(lay: Layout, shape, norms) -> str | None:
     """The first of ``norms`` whose sets are those of ``lay`` on ``shape``, if any."""
-    mine = labels_of(lay)
+    mine = axes.layout_labels(lay)
     for norm in norms:
         if norm == "instance" and len(shape) < 3:
             continue

@@ -23,8 +23,9 @@ CONVENTION_FORMULA = {
     "timm": "`(w - mean) / sqrt(var + eps)` with the biased variance (n)",
 }
 
-#: The roles of the weight's view one output channel's filter spans (LayerNorm's set).
-FILTER_ROLES = ("C", "S")
+#: The roles one output channel's filter spans: LayerNorm's set, on the weight
+#: ``(C_out, C_in, *kernel)`` read as ``(N, C, *S)``.
+FILTER_ROLES = axes.TABLE["layer"].roles
 
 
 class WeightStandardizeOp(Op):

@@ -140,16 +140,16 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
     # a fixed layout (not "constrained"): every frame has the same geometry, and drawing
     # twenty frames is a third faster
     fig_w = width if panel == "both" else width * 0.55
-    left = 0.62 / fig_w                                      # room for the y label, in inches
-    fig = Figure(figsize=(fig_w, 2.75))
+    left = 0.7 / fig_w                                       # room for the y label, in inches
+    fig = Figure(figsize=(fig_w, 3.0))
     axs = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={
-        "width_ratios": ratios, "left": left, "right": 0.99, "bottom": 0.1, "top": 0.9,
+        "width_ratios": ratios, "left": left, "right": 0.99, "bottom": 0.1, "top": 0.89,
         "wspace": 0.12})[0]
     for ax, which in zip(axs, panels):
         ax.axhline(0, color="#999999", lw=0.8)
         ax.set_ylim(-ylim, ylim)
-        ax.set_xticks(xs, labels, fontsize=8)
-        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xticks(xs, labels, fontsize=9)
+        ax.tick_params(axis="y", labelsize=9)
         ax.set_xlim(-0.6, C - 0.4)
         ax.grid(axis="y", color="#e5e5e5", lw=0.6)
         ax.set_axisbelow(True)
@@ -165,16 +165,17 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
                            color="#8c8c8c", zorder=3, linewidths=0,
                            label="all draws" if d == 0 else None)
             ax.hlines(frame.population.numpy(), xs - 0.36, xs + 0.36, color=_POP_COLOR, lw=2,
-                      zorder=4, label=r"population $\mu, \sigma$")
-            ax.set_title(f"BatchNorm (train mode), batch of {batch_size}", fontsize=9.5)
-            ax.set_ylabel(r"output for $x_0$", fontsize=8.5)
-            ax.legend(fontsize=7, loc="lower left", ncol=3, frameon=False,
-                      handlelength=1.2, columnspacing=1.0, borderaxespad=0.2)
+                      zorder=4, label=r"population $\mu_{pop}, \sigma_{pop}$")
+            ax.set_title(f"BatchNorm (train mode), batch size N = {batch_size}", fontsize=10)
+            ax.set_ylabel(r"output for $x_0$", fontsize=9.5)
+            ax.legend(fontsize=9, loc="lower left", ncol=3, frameon=False,
+                      handlelength=1.0, handletextpad=0.4, columnspacing=0.8,
+                      borderaxespad=0.2)
         else:
             ax.bar(xs, frame.ln.clamp(-ylim, ylim).numpy(), width=0.55, color=_LN_COLOR)
-            ax.set_title("LayerNorm: same in every frame", fontsize=9.5)
+            ax.set_title("LayerNorm: same in every frame", fontsize=10)
             if panel == "ln":
-                ax.set_ylabel(r"output for $x_0$", fontsize=8.5)
+                ax.set_ylabel(r"output for $x_0$", fontsize=9.5)
     return fig
 
 
@@ -184,13 +185,13 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
 #: node -> (x, y, half-width, label); the forward pass of one channel, in the chapter's notation
 _NODES = {
     "x": (0.0, 0.0, 0.38, r"$x_i$"),
-    "mu": (2.0, 0.8, 1.0, r"$\mu=\frac{1}{N}\sum_k x_k$"),
-    "var": (4.45, 1.6, 1.55, r"$\sigma^2=\frac{1}{N}\sum_k (x_k-\mu)^2$"),
+    "mu": (2.0, 0.8, 1.0, r"$\mu=\frac{1}{K}\sum_k x_k$"),
+    "var": (4.45, 1.6, 1.55, r"$\sigma^2=\frac{1}{K}\sum_k (x_k-\mu)^2$"),
     "r": (7.75, 1.6, 1.2, r"$r=(\sigma^2+\epsilon)^{-1/2}$"),
     "xhat": (7.75, 0.0, 1.1, r"$\hat x_i=(x_i-\mu)\,r$"),
     "gb": (10.5, 1.6, 0.6, r"$\gamma,\ \beta$"),
     "y": (10.5, 0.0, 1.05, r"$y_i=\gamma\hat x_i+\beta$"),
-    "L": (12.45, 0.0, 0.33, r"$L$"),
+    "L": (12.45, 0.0, 0.33, r"$\mathcal{L}$"),
 }
 _HALF_HEIGHT = 0.3
 #: (from, to, curvature)
@@ -211,7 +212,7 @@ def _anchor(node: str, toward: str) -> tuple[float, float]:
 
 
 def graph_figure(width: float = 8.5) -> Figure:
-    r"""The forward graph of BatchNorm for one channel of :math:`N` values.
+    r"""The forward graph of BatchNorm for one channel of :math:`K = |S_i|` values.
 
     Each node is one step of the forward pass; an arrow means "is computed from".  The
     backward pass visits the nodes from right to left; a node with several outgoing arrows
@@ -267,10 +268,10 @@ def sigmoid_figure(normalized: torch.Tensor, restored: torch.Tensor,
                    label="pre-activations")
         ax.set_xlim(-8, 8)
         ax.set_ylim(-0.1, 1.1)
-        ax.set_title(title, fontsize=9.5)
-        ax.tick_params(labelsize=8)
-        ax.set_xlabel("pre-activation", fontsize=8.5)
-    axs[0].legend(fontsize=7, loc="upper left", frameon=False)
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(labelsize=8.5)
+        ax.set_xlabel("pre-activation", fontsize=9)
+    axs[0].legend(fontsize=8.5, loc="upper left", frameon=False)
     return fig
 
 
@@ -288,7 +289,7 @@ def _minor_label(v: float, _pos) -> str:
 def spread_figure(batch_sizes: Sequence[int], mean_spread: Sequence[float],
                   var_spread: Sequence[float], width: float = 5.2) -> Figure:
     r"""Log-log plot of the spread (standard deviation over draws) of the batch mean and the
-    batch variance against the batch size, with the :math:`1/\sqrt{B}` reference line."""
+    batch variance against the batch size :math:`N`, with the :math:`1/\sqrt{N}` reference line."""
     if not len(batch_sizes) == len(mean_spread) == len(var_spread) >= 1:
         raise ValueError(
             f"batch_sizes, mean_spread and var_spread must have the same length (at least 1), "
@@ -296,20 +297,20 @@ def spread_figure(batch_sizes: Sequence[int], mean_spread: Sequence[float],
     fig = Figure(figsize=(width, 2.8), layout="constrained")
     ax = fig.add_subplot()
     b = torch.tensor([float(v) for v in batch_sizes], dtype=torch.float64)
-    for vals, label, color, marker in ((mean_spread, r"batch mean $\mu_B$", _BN_COLOR, "o"),
-                                       (var_spread, r"batch variance $\sigma_B^2$", _LN_COLOR,
+    for vals, label, color, marker in ((mean_spread, r"batch mean $\mu$", _BN_COLOR, "o"),
+                                       (var_spread, r"batch variance $\sigma^2$", _LN_COLOR,
                                         "s")):
         v = torch.tensor([float(s) for s in vals], dtype=torch.float64)
         ax.loglog(b.numpy(), v.numpy(), marker=marker, color=color, label=label, ms=4)
     ref = float(mean_spread[-1]) * (b[-1] / b).sqrt()
-    ax.loglog(b.numpy(), ref.numpy(), ls="--", color="#222222", lw=1, label=r"$\propto 1/\sqrt{B}$",
+    ax.loglog(b.numpy(), ref.numpy(), ls="--", color="#222222", lw=1, label=r"$\propto 1/\sqrt{N}$",
               zorder=3)
     ax.set_xticks([int(v) for v in batch_sizes], [str(int(v)) for v in batch_sizes])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
-    ax.set_xlabel("batch size $B$", fontsize=8.5)
-    ax.set_ylabel("spread over batches", fontsize=8.5)
-    ax.tick_params(which="both", labelsize=8)
-    ax.legend(fontsize=7.5, frameon=False)
+    ax.set_xlabel("batch size $N$", fontsize=9)
+    ax.set_ylabel("spread over batches", fontsize=9)
+    ax.tick_params(which="both", labelsize=8.5)
+    ax.legend(fontsize=8.5, frameon=False)
     return fig

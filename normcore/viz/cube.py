@@ -135,7 +135,7 @@ def _check_element(element, N: int, C: int, S: int) -> tuple[int, int, int]:
 
 
 def _check_groups(norm: str, num_groups) -> int | None:
-    axes._check_norm(norm)
+    axes.check_norm(norm)
     if norm == "group":
         if num_groups is None:
             raise ValueError("GroupNorm needs num_groups (a divisor of C)")

@@ -5,8 +5,11 @@ r"""Pictures for the running-statistics chapter.
   against the population values and the per-batch values, and the gap between train-mode
   and eval-mode outputs on held-out data.  The frames of the chapter's simulator widget;
   :func:`simulation_png` renders one frame as a small PNG.
-* :func:`ema_weights_figure`: the weight :math:`m(1-m)^j` that the running statistic gives
-  the batch :math:`j` steps back, for several momenta.
+* :func:`ema_weights_figure`: the weight :math:`\alpha(1-\alpha)^j` that the running
+  statistic gives the batch :math:`j` steps back, for several momenta :math:`\alpha`.
+
+Text in the figures is at least 9 pt: shown at 80 px per inch (the static widget's ``dpi``)
+that is at least 10 px on the page.
 
 The numbers all come from the simulation (which uses :class:`normcore.nn.BatchNorm1d` and
 :mod:`normcore.stats`) or from the EMA formula of :mod:`normcore.stats`; nothing here
@@ -22,10 +25,10 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import stats
-from ..experiments import RunningSimulation
+from ..experiments.running import RunningSimulation
 from ..widgets import figure_to_png
 
-__all__ = ["simulation_figure", "simulation_png", "ema_weights_figure", "COLORS"]
+__all__ = ["simulation_figure", "simulation_png", "ema_weights_figure", "title", "COLORS"]
 
 #: One color per curve, shared by the figures and the chapter's prose.
 COLORS = {
@@ -48,8 +51,15 @@ def _limits(sim: RunningSimulation) -> tuple[tuple[float, float], tuple[float, f
     return (min(lo, sim.initial_mean) - 0.25, hi + 0.25), (0.0, vmax)
 
 
+def title(sim: RunningSimulation) -> str:
+    """The frame's title in the book's notation: momentum alpha, batch size N."""
+    a = "None (cumulative)" if sim.momentum is None else f"{sim.momentum:g}"
+    s = f"shift after step {sim.shift_step}" if sim.shift else "no shift"
+    return f"momentum \u03b1 = {a}, batch size N = {sim.batch_size}, {s}"
+
+
 def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
-                      figsize: tuple[float, float] = (7.2, 5.6)) -> Figure:
+                      figsize: tuple[float, float] = (7.2, 5.9)) -> Figure:
     """Three panels over the steps of one simulation (``channel`` of it).
 
     1. mean: the per-batch means (grey dots), the population mean (black, dashed), and
@@ -76,7 +86,7 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
 
     fig = Figure(figsize=figsize)
     axes = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1, 0.8]})
-    fig.subplots_adjust(left=0.1, right=0.985, top=0.875, bottom=0.075, hspace=0.12)
+    fig.subplots_adjust(left=0.11, right=0.985, top=0.835, bottom=0.075, hspace=0.12)
     dot = dict(s=3, color=COLORS["batch"], linewidths=0, zorder=1)
     pop = dict(color=COLORS["population"], lw=1.3, ls="--", zorder=3, drawstyle="steps-pre")
 
@@ -113,13 +123,13 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
 
     for ax in axes:
         ax.grid(True, lw=0.4, alpha=0.5)
-        ax.tick_params(labelsize=8, length=2)
-        ax.yaxis.label.set_size(9)
+        ax.tick_params(labelsize=9, length=2)
+        ax.yaxis.label.set_size(9.5)
         if sim.shift:
             ax.axvline(sim.shift_step + 0.5, color=COLORS["shift"], lw=1, ls=":", zorder=2)
-    axes[2].xaxis.label.set_size(9)
+    axes[2].xaxis.label.set_size(9.5)
     if sim.shift:
-        axes[0].annotate("shift", (sim.shift_step + 4, mhi), va="top", fontsize=8,
+        axes[0].annotate("shift", (sim.shift_step + 4, mhi), va="top", fontsize=9,
                          color=COLORS["shift"], xycoords="data")
     handles = []
     labels = []
@@ -127,21 +137,25 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
         h, lab = ax.get_legend_handles_labels()
         handles += h
         labels += lab
-    fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=7.5, frameon=False,
-               bbox_to_anchor=(0.53, 0.96), handlelength=1.6, columnspacing=1.2,
-               markerscale=2.5)
-    fig.suptitle(sim.label, fontsize=9.5, y=0.995)
+    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=9, frameon=False,
+               bbox_to_anchor=(0.53, 0.965), handlelength=1.6, columnspacing=1.5,
+               markerscale=2.5, labelspacing=0.3)
+    fig.suptitle(title(sim), fontsize=10, y=0.995)
     return fig
 
 
 def simulation_png(sim: RunningSimulation, *, dpi: int = 80, colors: int | None = 64) -> bytes:
-    """:func:`simulation_figure` as a small PNG (adaptive palette of ``colors`` colors)."""
+    """:func:`simulation_figure` as a small PNG (adaptive palette of ``colors`` colors).
+
+    The chapter's widget passes the Figure itself to ``static_widget``, which renders it at
+    twice ``dpi`` for HiDPI screens."""
     return figure_to_png(simulation_figure(sim), dpi=dpi, colors=colors)
 
 
 def ema_weights_figure(momenta: Sequence[float] = (0.01, 0.1, 0.5), lags: int = 60, *,
                        figsize: tuple[float, float] = (6.4, 2.6)) -> Figure:
-    r"""The weight :math:`m(1-m)^j` of the batch :math:`j` steps back, one curve per momentum.
+    r"""The weight :math:`\alpha(1-\alpha)^j` of the batch :math:`j` steps back, one curve per
+    momentum :math:`\alpha`.
 
     The weights are read off :func:`normcore.stats.ema_update_` itself: feed a running value
     of 0 a single 1 followed by zeros, and the running value after :math:`j` more steps is
@@ -165,7 +179,7 @@ def ema_weights_figure(momenta: Sequence[float] = (0.01, 0.1, 0.5), lags: int = 
         for j in range(lags):
             stats.ema_update_(r, torch.ones(1) if j == 0 else torch.zeros(1), m)
             w.append(float(r))
-        ax.plot(range(lags), w, marker="o", ms=2.5, lw=1.2, label=f"momentum = {m:g}")
+        ax.plot(range(lags), w, marker="o", ms=2.5, lw=1.2, label=f"momentum \u03b1 = {m:g}")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, 1)
     ax.set_xlabel("age of the batch statistic (steps back)", fontsize=9)

@@ -36,9 +36,10 @@ from typing import Iterable
 
 import torch
 
-from . import functional as F
-from . import stats
-from .nn import BatchNorm1d
+from .. import data
+from .. import functional as F
+from .. import stats
+from ..nn import BatchNorm1d
 
 __all__ = [
     "Population", "BEFORE", "AFTER", "MOMENTA", "BATCH_SIZES", "STEPS", "SHIFT_STEP",
@@ -131,9 +132,9 @@ def _check_int(value, name: str, low: int) -> int:
 
 def _draw(batch_size, shift, seed, steps, shift_step, channels, heldout, before, after):
     dt = torch.float64
-    gen = torch.Generator().manual_seed(seed)
-    z = torch.randn(steps, batch_size, channels, generator=gen, dtype=dt)
-    z_held = torch.randn(heldout, channels, generator=gen, dtype=dt)
+    gen = data.generator(seed)
+    z = data.normal(gen, (steps, batch_size, channels))
+    z_held = data.normal(gen, (heldout, channels))
     post = after if shift else before
     is_post = torch.arange(1, steps + 1) > shift_step                     # (steps,)
     true_mean = torch.where(is_post, post.mean, before.mean).to(dt)

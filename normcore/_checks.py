@@ -1,0 +1,205 @@
+"""Argument validation: one check, and one message, per mistake.
+
+Every public op of :mod:`normcore.functional`, the hand-derived Functions' wrappers in
+:mod:`normcore.grad`, the modules of :mod:`normcore.nn` and the synchronized statistics of
+:mod:`normcore.sync` validate their arguments here.  Each ``*_layout`` validator checks one
+op's arguments and returns its :class:`~normcore.axes.Layout` (which elements share
+statistics, from :mod:`normcore.axes`); nothing here computes.
+
+Where torch raises for the same mistake, the message starts with torch's wording (code that
+matches torch's errors keeps working) and then says how to fix it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from . import axes
+from .axes import Layout
+from .stats import check_momentum  # noqa: F401  (re-exported: one check for everyone)
+
+#: The three Weight Standardization conventions in use: the legal values of ``convention``
+#: and what each means (variance correction, where eps goes, eps's default).
+WS_CONVENTIONS = {
+    # Qiao et al. 2019, reference code: w.std(dim=1) (unbiased) + 1e-5
+    "original": dict(correction=1, eps_mode="outside", eps=1e-5),
+    # Kolesnikov et al. 2020 (BiT): var_mean(unbiased=False), sqrt(v + 1e-10)
+    "bit": dict(correction=0, eps_mode="inside", eps=1e-10),
+    # timm StdConv2d: F.batch_norm over the weight (biased), eps=1e-6 inside the sqrt
+    "timm": dict(correction=0, eps_mode="inside", eps=1e-6),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# single values
+# ---------------------------------------------------------------------------------------
+def check_float(x, name: str, caller: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{caller}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{caller}: {name} has dtype {x.dtype}, but normalization needs a floating-point "
+            f"tensor; convert it first, e.g. {name}.float()")
+
+
+def check_eps(eps, caller: str) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{caller}: eps must be a positive number, got {eps!r}")
+    if not eps > 0:
+        raise ValueError(
+            f"{caller}: eps={eps} must be > 0; it keeps 1/sqrt(var + eps) finite when a set has "
+            f"zero variance (PyTorch's default is 1e-5)")
+
+
+def check_positive_int(value, name: str, caller: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{caller}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def momentum_value(momentum, caller: str) -> float:
+    """A function (unlike a module) keeps no step count, so it cannot do ``momentum=None``."""
+    if momentum is None:
+        raise TypeError(
+            f"{caller}: momentum=None (the cumulative average) needs the step count, which a "
+            f"function does not keep; pass momentum=1/num_batches_tracked, or use the module "
+            f"(normcore.nn), which does this bookkeeping")
+    return float(momentum)
+
+
+def check_param(p, name: str, shape: tuple[int, ...], caller: str) -> None:
+    if p is None:
+        return
+    check_float(p, name, caller)
+    if tuple(p.shape) != tuple(shape):
+        raise ValueError(
+            f"{caller}: {name} has shape {tuple(p.shape)}, expected {tuple(shape)} "
+            f"(one value per {'channel' if len(shape) == 1 else 'element of normalized_shape'})")
+
+
+def verify_batch_size(size: torch.Size, caller: str) -> None:
+    # the same test and message as torch.nn.functional._verify_batch_size
+    if size[0] * math.prod(size[2:]) == 1:
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {size}. "
+            f"({caller}: a batch statistic over one value is that value, so every output would be "
+            f"beta; use a batch of at least 2, or eval mode)")
+
+
+def verify_spatial_size(size: torch.Size, caller: str) -> None:
+    # the same test and message as torch.nn.functional._verify_spatial_size
+    if math.prod(size[2:]) == 1:
+        raise ValueError(
+            f"Expected more than 1 spatial element when training, got input size {size}. "
+            f"({caller}: each instance statistic would be over one value)")
+
+
+def check_nc(input, caller: str, min_dim: int = 2) -> int:
+    """The channel count of an ``(N, C, *)`` input (``min_dim=3``: at least one spatial dim)."""
+    if input.dim() < min_dim:
+        if min_dim == 2:
+            raise ValueError(
+                f"{caller}: expected an input of shape (N, C, *), got shape {tuple(input.shape)}")
+        raise ValueError(
+            f"{caller}: expected an input of shape (N, C, *spatial) with at least one spatial dim, "
+            f"got shape {tuple(input.shape)}")
+    return input.shape[1]
+
+
+def normalized_shape_tuple(normalized_shape, caller: str) -> tuple[int, ...]:
+    """``normalized_shape`` (an int, a list or a ``torch.Size``) as a non-empty tuple."""
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    shape = tuple(int(s) for s in normalized_shape)
+    if not shape or any(s <= 0 for s in shape):
+        raise ValueError(f"{caller}: normalized_shape must be non-empty and positive, "
+                         f"got {normalized_shape!r}")
+    return shape
+
+
+# ---------------------------------------------------------------------------------------
+# each op's arguments -> its Layout
+# ---------------------------------------------------------------------------------------
+def _per_channel_layout(norm, input, weight, bias, eps, caller, running_mean, running_var,
+                        momentum, min_dim) -> Layout:
+    check_float(input, "input", caller)
+    check_eps(eps, caller)
+    check_momentum(momentum)
+    C = check_nc(input, caller, min_dim)
+    for name, t in (("running_mean", running_mean), ("running_var", running_var),
+                    ("weight", weight), ("bias", bias)):
+        check_param(t, name, (C,), caller)
+    return axes.layout(norm, input.shape)
+
+
+def batch_norm_layout(input, weight=None, bias=None, eps=1e-5, caller="batch_norm",
+                      running_mean=None, running_var=None, momentum=0.1) -> Layout:
+    """Check batch_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    return _per_channel_layout("batch", input, weight, bias, eps, caller, running_mean,
+                               running_var, momentum, 2)
+
+
+def instance_norm_layout(input, weight=None, bias=None, eps=1e-5, caller="instance_norm",
+                         running_mean=None, running_var=None, momentum=0.1) -> Layout:
+    """Check instance_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    return _per_channel_layout("instance", input, weight, bias, eps, caller, running_mean,
+                               running_var, momentum, 3)
+
+
+def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=1e-5,
+                      caller="layer_norm", norm="layer") -> Layout:
+    """Check layer_norm's (or rms_norm's, ``norm="rms"``) arguments; return the Layout."""
+    check_float(input, "input", caller)
+    if eps is not None or norm != "rms":
+        check_eps(eps, caller)
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    normalized_shape = tuple(int(s) for s in normalized_shape)
+    k = len(normalized_shape)
+    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k:]) != normalized_shape:
+        raise ValueError(
+            f"{caller}: Given normalized_shape={list(normalized_shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
+            f"{list(input.shape)}; normalized_shape must equal the input's last dims")
+    check_param(weight, "weight", normalized_shape, caller)
+    check_param(bias, "bias", normalized_shape, caller)
+    return axes.layout(norm, input.shape, normalized_ndim=k)
+
+
+def group_norm_layout(input, num_groups, weight=None, bias=None, eps=1e-5,
+                      caller="group_norm") -> Layout:
+    """Check group_norm's arguments; return its :class:`~normcore.axes.Layout`."""
+    check_float(input, "input", caller)
+    check_eps(eps, caller)
+    C = check_nc(input, caller)
+    axes.check_num_groups(num_groups, C, caller, input.shape)
+    check_param(weight, "weight", (C,), caller)
+    check_param(bias, "bias", (C,), caller)
+    return axes.layout("group", input.shape, int(num_groups))
+
+
+def check_convention(convention, caller: str) -> dict:
+    if convention not in WS_CONVENTIONS:
+        raise ValueError(
+            f"{caller}: unknown convention {convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
+    return WS_CONVENTIONS[convention]
+
+
+def weight_standardize_setup(weight, eps=None, convention="original", caller="weight_standardize"):
+    """Check weight_standardize's arguments; return (layout, eps, convention settings).
+
+    The set of one output channel's weights is LayerNorm's set over ``(C_in, *kernel)``."""
+    check_float(weight, "weight", caller)
+    conv = check_convention(convention, caller)
+    eps = conv["eps"] if eps is None else eps
+    check_eps(eps, caller)
+    if weight.dim() < 2:
+        raise ValueError(
+            f"{caller}: expected a weight of shape (C_out, C_in, *kernel), got shape {tuple(weight.shape)}")
+    lay = axes.layout("layer", weight.shape)
+    if conv["correction"] and lay.set_size < 2:
+        raise ValueError(
+            f"{caller}: the unbiased std needs at least 2 weights per output channel, got {lay.set_size}")
+    return lay, float(eps), conv

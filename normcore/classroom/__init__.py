@@ -1,0 +1,23 @@
+"""The classroom: student notebooks from the chapters, and a grader that names mistakes.
+
+Two commands::
+
+    python -m normcore.classroom student chapters/02_batch_norm.ipynb -o student/
+    python -m normcore.classroom grade submissions/*.ipynb --out grades.csv
+
+* :mod:`.marking` reads the exercise marking of a chapter (which cells are the statement,
+  the solution, the check; labels and points);
+* :mod:`.student` writes the student version: solutions replaced by nbgrader's stubs,
+  outputs cleared, nbgrader metadata on the cells, the exercises in the notebook metadata;
+* :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
+  kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
+  in the student's kernel;
+* :mod:`.__main__` is the command line.
+
+Student code runs as the user who grades, with the limits a single machine can enforce
+(a process per submission, time and memory limits); it is not a sandbox.
+"""
+from .marking import Exercise, MarkingError, read_exercises
+from .student import student_notebook, write_student
+
+__all__ = ["Exercise", "MarkingError", "read_exercises", "student_notebook", "write_student"]

@@ -1,0 +1,55 @@
+"""``python -m normcore.classroom student ...`` and ``... grade ...``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .marking import MarkingError
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m normcore.classroom",
+        description="Student notebooks from the book's chapters, and grading them.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    st = sub.add_parser("student", help="write the student version of each chapter")
+    st.add_argument("chapters", nargs="+", metavar="CHAPTER.ipynb")
+    st.add_argument("-o", "--out", required=True, metavar="DIR",
+                    help="where to write the student notebooks (not the chapters' folder)")
+    gr = sub.add_parser("grade", help="grade submissions; one CSV row per student and exercise")
+    gr.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb")
+    gr.add_argument("--out", required=True, metavar="grades.csv")
+    gr.add_argument("--cell-timeout", type=int, default=60, metavar="S",
+                    help="seconds per cell (default 60)")
+    gr.add_argument("--timeout", type=int, default=600, metavar="S",
+                    help="seconds per notebook (default 600)")
+    gr.add_argument("--memory", type=int, default=4096, metavar="MB",
+                    help="address-space limit of each submission's kernel (default 4096)")
+    gr.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                    help="grade N submissions at a time (default 1)")
+    gr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+
+    if args.command == "student":
+        from .student import write_student
+        for chapter in args.chapters:
+            try:
+                target = write_student(chapter, args.out)
+            except (MarkingError, ValueError, OSError) as e:
+                print(f"{chapter}: {e}", file=sys.stderr)
+                return 1
+            print(f"{chapter} -> {target}")
+        return 0
+
+    from .grade import grade, summary, write_csv
+    rows = grade(args.submissions, args.cell_timeout, args.timeout, args.memory,
+                 progress=False if args.no_progress else None, jobs=args.jobs)
+    write_csv(rows, args.out)
+    print(summary(rows))
+    print(f"grades: {Path(args.out)} ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

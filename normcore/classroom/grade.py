@@ -1,0 +1,281 @@
+"""Grading a class: every submission in its own process and kernel, one row per exercise.
+
+:func:`grade` never writes to a submission.  For each one it builds a prepared copy in a
+temporary directory, in which every check cell is the grader's own (a call of
+:func:`normcore.classroom.record.record`; a deleted check cell is restored at the end),
+and runs it with :mod:`normcore.classroom.runner` in a child process: a fresh kernel, a
+time limit per cell (the cell is interrupted, the next one runs), a time limit for the
+whole notebook (the process and its kernel are killed), and a memory limit
+(``RLIMIT_AS``).  Student code runs as the user who grades: the limits stop accidents
+(an infinite loop, a huge tensor), they are not a sandbox against a malicious student.
+
+Statuses: ``passed``, ``misconception``, ``incorrect`` (wrong, no known mistake),
+``not implemented`` (still the stub), ``error`` (the function or its cell raised),
+``timed out``, ``missing function`` (renamed or deleted), ``unreadable`` (not a notebook).
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import nbformat
+
+from .runner import TIMEOUT_ERROR
+
+_DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
+
+
+@dataclass
+class Row:
+    """One line of the grade sheet: one student and one exercise."""
+
+    student: str
+    chapter: str
+    exercise: str
+    op: str
+    points: int
+    score: int
+    status: str
+    misconception: str
+    misconception_name: str
+    detail: str
+
+
+def _nbgrader_id(cell) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+def check_source(ex: dict) -> str:
+    """The grader's check cell for exercise ``ex`` of the manifest."""
+    return ("from normcore.classroom.record import record as _normcore_record\n"
+            f"_normcore_record({ex['label']!r}, {ex['op']!r}, {ex['function']!r}, "
+            f"globals(){ex.get('options') or ''})")
+
+
+def prepare(nb, manifest: dict) -> tuple[object, set[str]]:
+    """A copy of ``nb`` whose check cells are the grader's; the labels whose check cell
+    the student deleted (restored at the end of the copy)."""
+    nb = copy.deepcopy(nb)
+    coding = [e for e in manifest["exercises"] if e.get("op")]
+    found = set()
+    for cell in nb.cells:
+        for ex in coding:
+            if cell.cell_type == "code" and _nbgrader_id(cell) == f"{ex['label']}-check":
+                cell.source = check_source(ex)
+                found.add(ex["label"])
+    deleted = {e["label"] for e in coding} - found
+    for ex in coding:
+        if ex["label"] in deleted:
+            nb.cells.append(nbformat.v4.new_code_cell(check_source(ex),
+                                                      id=f"grader-{ex['label']}"[:64]))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb, deleted
+
+
+def _kill_group(pid: int | None) -> None:
+    if pid:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: int) -> dict:
+    """Execute the prepared ``nb`` in a child process; what it recorded, by kind."""
+    prepared, results = workdir / "prepared.ipynb", workdir / "results.jsonl"
+    prepared.write_text(nbformat.writes(nb), encoding="utf-8")
+    results.write_text("")
+    cmd = [sys.executable, "-m", "normcore.classroom.runner", str(prepared), str(results),
+           "--cell-timeout", str(cell_timeout), "--memory", str(memory)]
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    timed_out = False
+    try:
+        _, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(child.pid)
+        _, stderr = child.communicate()
+    entries = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    kernel = next((e.get("pid") for e in entries if e.get("event") == "kernel"), None)
+    _kill_group(kernel)  # the kernel has a session of its own: make sure it is gone
+    out = {"labels": {}, "cells": {}, "timed_out": timed_out, "dead": None, "kernel": kernel,
+           "stderr": stderr.decode(errors="replace")[-2000:]}
+    for e in entries:
+        if "label" in e:
+            out["labels"][e["label"]] = e  # "started", then the verdict
+        elif e.get("event") == "cell":
+            out["cells"][e["index"]] = e
+        elif e.get("event") in ("dead kernel", "runner error"):
+            out["dead"] = e.get("detail", e["event"])
+    if not entries or entries[-1].get("event") != "done":
+        out["dead"] = out["dead"] or (None if timed_out else "the grading process failed")
+    return out
+
+
+def _student_names(paths: list[Path]) -> list[str]:
+    """Each submission's path relative to the folder they share, without ``.ipynb``."""
+    resolved = [p.resolve() for p in paths]
+    common = Path(os.path.commonpath([str(p.parent) for p in resolved])) if resolved else None
+    return [str(p.relative_to(common).with_suffix("")) for p in resolved]
+
+
+def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096) -> list[Row]:
+    """The rows of one submission."""
+    try:
+        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        why = f"not a readable notebook: {type(e).__name__}: {str(e).splitlines()[0]}"
+        return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why[:300])]
+    return grade_notebook(nb, student, cell_timeout, timeout, memory)[0]
+
+
+def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096):
+    """The rows of one submission already read, and what its run recorded."""
+    manifest = nb.get("metadata", {}).get("normcore", {}).get("classroom")
+    if not isinstance(manifest, dict) or "exercises" not in manifest:
+        why = "not a student notebook of normcore (no metadata.normcore.classroom)"
+        return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why)], None
+    prepared, deleted = prepare(nb, manifest)
+    with tempfile.TemporaryDirectory(prefix="normcore-grade-") as tmp:
+        ran = run_submission(prepared, Path(tmp), cell_timeout, timeout, memory)
+    rows = [_row(student, manifest.get("source", ""), ex, prepared, ran, deleted, cell_timeout,
+                 timeout) for ex in manifest["exercises"]]
+    return rows, ran
+
+
+def _cell_errors(nb, ran, label) -> list[dict]:
+    """The errors of the student's solution cells of exercise ``label``."""
+    return [ran["cells"][i] for i, cell in enumerate(nb.cells)
+            if _nbgrader_id(cell).startswith(f"{label}-solution")
+            and ran["cells"].get(i, {}).get("status") == "error"]
+
+
+def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
+    label, points = ex["label"], ex.get("points", 0)
+    row = Row(student, chapter, label, ex.get("op") or "", points, 0, "", "", "", "")
+    if not ex.get("op"):
+        row.status, row.detail = "manual", "a derivation: graded by hand (nbgrader)"
+        return row
+    verdict = ran["labels"].get(label)
+    errors = _cell_errors(nb, ran, label)
+    status = verdict["status"] if verdict else None
+    if status == "started" or (status is None and ran["timed_out"]):
+        row.status = "timed out"
+        row.detail = (f"the notebook ran longer than {timeout} s" if ran["timed_out"] else
+                      f"the check ran longer than {cell_timeout} s")
+    elif status is None:
+        row.status, row.detail = "error", f"the exercise was not graded: {ran['dead']}"
+    elif status == "missing function" and errors:
+        e = errors[0]
+        if e.get("ename") == TIMEOUT_ERROR:
+            row.status, row.detail = "timed out", f"your cell ran longer than {cell_timeout} s"
+        else:
+            # a SyntaxError names the kernel's temporary file: keep the line only
+            evalue = re.sub(r"\(\d+\.py, line (\d+)\)", r"(line \1)", e["evalue"])
+            row.status, row.detail = "error", f"your cell raised {e['ename']}: {evalue}"
+    else:
+        row.status, row.detail = status, verdict.get("detail", "")
+        if status == "missing function":
+            defined = [n for i, cell in enumerate(nb.cells)
+                       if _nbgrader_id(cell).startswith(f"{label}-solution")
+                       for n in _DEF_RE.findall(cell.source)]
+            if defined:
+                row.detail += f"; the exercise's cell defines {', '.join(defined)}"
+        key = verdict.get("misconception") or ""
+        row.misconception = "+".join(verdict.get("misconceptions") or ([key] if key else []))
+        row.misconception_name = row.detail if status == "misconception" else ""
+        if status == "misconception":
+            row.detail = ""
+    if label in deleted:
+        row.detail = ("check cell deleted: the grader restored it" +
+                      (f"; {row.detail}" if row.detail else ""))
+    row.score = points if row.status == "passed" else 0
+    return row
+
+
+def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
+          progress: bool | None = None, jobs: int = 1) -> list[Row]:
+    """Grade every submission (``jobs`` at a time); the rows in the order of ``paths``.
+    A progress bar on a terminal (tqdm if installed)."""
+    paths = [Path(p) for p in paths]
+    names = _student_names(paths)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    items = list(zip(paths, names))
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+            bar = tqdm(total=len(items), unit="notebook", desc="grading", file=sys.stderr)
+        except ImportError:
+            bar = None
+    done = 0
+
+    def one(item):
+        nonlocal done
+        rows = grade_one(item[0], item[1], cell_timeout, timeout, memory)
+        done += 1
+        if bar is not None:
+            bar.update(1)
+        elif progress:
+            print(f"graded {done}/{len(items)}: {item[0]}", file=sys.stderr)
+        return rows
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(one, items))
+    if bar is not None:
+        bar.close()
+    return [row for rows in results for row in rows]
+
+
+def write_csv(rows: list[Row], path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow([fl.name for fl in fields(Row)])
+        for row in rows:
+            writer.writerow(list(asdict(row).values()))
+
+
+def summary(rows: list[Row]) -> str:
+    """Per exercise: how many passed, and how many students showed which mistake."""
+    students = sorted({r.student for r in rows})
+    lines = [f"{len(students)} submission(s)"]
+    bad = [r for r in rows if r.status == "unreadable"]
+    for r in bad:
+        lines.append(f"  {r.student}: unreadable ({r.detail})")
+    order = []
+    for r in rows:
+        if r.exercise != "*" and (r.chapter, r.exercise) not in order:
+            order.append((r.chapter, r.exercise))
+    for chapter, label in order:
+        these = [r for r in rows if r.exercise == label and r.chapter == chapter]
+        n = len(these)
+        head = these[0]
+        if head.status == "manual":
+            lines.append(f"{label} ({head.points} points): graded by hand")
+            continue
+        passed = sum(r.status == "passed" for r in these)
+        lines.append(f"{label} ({head.op}, {head.points} points): {passed} of {n} passed")
+        counts: dict[str, int] = {}
+        for r in these:
+            if r.status == "passed":
+                continue
+            what = (f"{r.misconception_name} [{r.misconception}]" if r.status == "misconception"
+                    else r.status)
+            counts[what] = counts.get(what, 0) + 1
+        for what, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {what}: {c} of {n}")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""Student notebooks: a chapter with its solutions replaced by stubs.
+
+:func:`student_notebook` keeps every cell of the chapter except the solutions:
+
+* the code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes nbgrader's stub
+  (``# YOUR CODE HERE`` then ``raise NotImplementedError()``, at the marker's
+  indentation), so the ``def`` line above the markers keeps the signature;
+* a derivation (an exercise without a check cell) gets an empty answer cell instead of
+  its solution cells;
+* the ``{solution-start}``/``{solution-end}`` cells and the solution's prose are dropped;
+* every stored output is cleared; the check cells are kept and locked;
+* cells carry nbgrader's metadata (``schema_version`` 3, ``grade``, ``solution``,
+  ``locked``, ``grade_id``, ``points``), and the notebook's metadata the list of exercises
+  (``metadata.normcore.classroom``) that :mod:`normcore.classroom.grade` reads.
+
+The output is deterministic: the same chapter gives the same bytes.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+
+from .marking import BEGIN, END, Exercise, read_exercises, solution_regions, source_text
+
+STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+ANSWER = "YOUR ANSWER HERE"
+NBGRADER_SCHEMA = 3
+#: Notebook metadata that only concerns the chapter's rendering (widget state).
+_DROP_NOTEBOOK_METADATA = ("widgets",)
+
+
+def stub_source(source: str) -> str:
+    """``source`` with each solution region replaced by nbgrader's stub."""
+    lines = source.split("\n")
+    out, last = [], 0
+    for begin, end in solution_regions(source):
+        indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+        out += lines[last:begin] + [indent + s for s in STUB]
+        last = end + 1
+    out += lines[last:]
+    return "\n".join(out)
+
+
+def nbgrader(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
+    """nbgrader's cell metadata (schema version 3)."""
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked,
+            "schema_version": NBGRADER_SCHEMA, "solution": solution}
+    if grade:
+        meta["points"] = points
+    return meta
+
+
+def _clean(cell) -> dict:
+    cell = copy.deepcopy(cell)
+    meta = cell.setdefault("metadata", {})
+    meta.pop("normcore", None)
+    meta.pop("execution", None)
+    if cell["cell_type"] == "code":
+        cell["outputs"] = []
+        cell["execution_count"] = None
+    return cell
+
+
+def manifest(exercises: list[Exercise], source: str) -> dict:
+    """What the grader needs to know of the exercises (``metadata.normcore.classroom``)."""
+    return {"source": source, "exercises": [
+        {"label": e.label, "points": e.points, "op": e.op, "function": e.function,
+         "options": e.options} for e in exercises]}
+
+
+def student_notebook(nb: dict, name: str = "notebook") -> dict:
+    """The student version of the chapter ``nb`` (a notebook dict, not modified)."""
+    exercises = read_exercises(nb, name)
+    role_of: dict[int, tuple[Exercise, str]] = {}
+    for ex in exercises:
+        role_of[ex.statement] = (ex, "statement")
+        role_of[ex.solution_start] = (ex, "drop")
+        role_of[ex.solution_end] = (ex, "drop")
+        for k, i in enumerate(ex.solutions):
+            role_of[i] = (ex, "solution" if ex.coding else ("answer" if k == 0 else "drop"))
+        if ex.check is not None:
+            role_of[ex.check] = (ex, "check")
+    cells = []
+    for i, cell in enumerate(nb["cells"]):
+        ex, role = role_of.get(i, (None, "keep"))
+        if role == "drop":
+            continue
+        if role == "answer":
+            meta = {"nbgrader": nbgrader(f"{ex.label}-answer", solution=True, grade=True,
+                                         points=ex.points)}
+            cells.append(nbformat.v4.new_markdown_cell(ANSWER, id=f"{ex.label}-answer"[:64],
+                                                       metadata=meta))
+            continue
+        new = _clean(cell)
+        if role == "statement":
+            new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-statement", locked=True)
+        elif role == "solution":
+            new["source"] = stub_source(source_text(cell))
+            k = ex.solutions.index(i)
+            suffix = "" if len(ex.solutions) == 1 else f"-{k + 1}"
+            new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-solution{suffix}",
+                                                   solution=True)
+        elif role == "check":
+            new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-check", grade=True, locked=True,
+                                                   points=ex.points)
+        cells.append(new)
+    meta = {k: v for k, v in copy.deepcopy(nb.get("metadata", {})).items()
+            if k not in _DROP_NOTEBOOK_METADATA}
+    meta.setdefault("normcore", {})["classroom"] = manifest(exercises, name)
+    out = nbformat.v4.new_notebook(cells=cells, metadata=meta)
+    out.nbformat_minor = max(nb.get("nbformat_minor", 5), 5)  # 4.5: cells have ids
+    return out
+
+
+def dumps(nb) -> str:
+    """The notebook as nbformat writes it (sorted keys, one-space indent): deterministic."""
+    return nbformat.writes(nbformat.from_dict(nb))
+
+
+def write_student(chapter: str | Path, out_dir: str | Path) -> Path:
+    """Write the student version of ``chapter`` into ``out_dir`` under the same name."""
+    chapter, out_dir = Path(chapter), Path(out_dir)
+    nb = nbformat.reads(chapter.read_text(encoding="utf-8"), as_version=4)
+    student = student_notebook(nb, chapter.stem)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / chapter.name
+    if target.resolve() == chapter.resolve():
+        raise ValueError(f"{target} is the chapter itself: choose another output directory")
+    target.write_text(dumps(student), encoding="utf-8")
+    return target
+
+
+__all__ = ["student_notebook", "write_student", "stub_source", "dumps", "BEGIN", "END"]

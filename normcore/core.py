@@ -1,0 +1,187 @@
+r"""The numeric core: the one formula, its compute dtype, and the sums it needs.
+
+.. math::
+
+    \mu_i = \frac{1}{|S_i|}\sum_{k\in S_i} x_k, \quad
+    \sigma_i^2 = \frac{1}{|S_i| - c}\sum_{k\in S_i}(x_k-\mu_i)^2, \quad
+    r_i = \frac{1}{\sqrt{\sigma_i^2+\epsilon}}, \quad
+    \hat x_i = (x_i-\mu_i)\, r_i, \quad
+    y_i = \gamma\,\hat x_i + \beta
+
+over the sets :math:`S_i` of a :class:`~normcore.axes.Layout`, with :math:`c` =
+``correction`` (0, the biased variance, for every normalization layer; 1 for the original
+Weight Standardization code).  ``eps_mode="outside"`` uses :math:`r = 1/(\sigma+\epsilon)`
+(the original WS code).  An uncentered layout (RMSNorm) takes :math:`\mu = 0` and
+:math:`\sigma^2 = \frac{1}{|S_i|}\sum x_k^2`, the mean square.
+
+Nothing here validates arguments (:mod:`normcore._checks` does) or knows about autograd
+Functions (:mod:`normcore.grad`); both :func:`normalize_formula` and the Functions compute
+with the same steps: :func:`moments`, :func:`inverse_std`, :func:`apply_affine`.
+
+float16 / bfloat16 inputs are computed in float32 (:func:`compute_dtype`) and the results
+cast back, as PyTorch does.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from .axes import Layout
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision inputs, the input's own dtype otherwise."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+class Normalized(NamedTuple):
+    """What :func:`normalize_formula` returns: the output and the statistics it used, in the
+    layout's view (``keepdim`` shape); ``var`` is the mean square for an uncentered layout."""
+
+    output: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+
+
+# ---------------------------------------------------------------------------------------
+# sums
+# ---------------------------------------------------------------------------------------
+def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum."""
+    return t.sum(dims, keepdim=True) if dims else t
+
+
+def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """``(a * b).sum(dims, keepdim=True)``, without forming ``a * b`` where it can.
+
+    When ``dims`` are the trailing dims (LN, IN, GN, WS) it is a batch of dot products, one
+    ``torch.bmm``, several times faster on CPU than ``torch.var_mean``; BN's dims
+    ``(0, 2, 3, ...)`` are not contiguous (an einsum would permute and copy), so there the
+    product is formed and summed.  ``a is b`` gives the sum of squares.
+    """
+    nd, k = a.dim(), len(dims)
+    if k == 0:
+        return a * b
+    if tuple(dims) == tuple(range(nd - k, nd)) and a.shape == b.shape:
+        lead, n = a.shape[:nd - k], math.prod(a.shape[nd - k:])
+        dots = torch.bmm(a.reshape(-1, 1, n), b.reshape(-1, n, 1))
+        return dots.reshape(lead + (1,) * k)
+    return (a * b).sum(dims, keepdim=True)
+
+
+def weighted_sum(a: torch.Tensor, w: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """``(a * w).sum(dims, keepdim=True)`` as one contraction (``torch.einsum``), without
+    forming the full-size product; ``w`` broadcasts against ``a`` (its size-1 dims)."""
+    idx = "abcdefghijklmnopqrstuvwxyz"[:a.dim()]
+    w_idx = "".join(i for i, s in zip(idx, w.shape) if s != 1)
+    out_idx = "".join(i for k, i in enumerate(idx) if k not in dims)
+    out = torch.einsum(f"{idx},{w_idx}->{out_idx}", a, w.reshape([s for s in w.shape if s != 1]))
+    for k in sorted(dims):
+        out = out.unsqueeze(k)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the steps of the formula
+# ---------------------------------------------------------------------------------------
+def moments(xv: torch.Tensor, lay: Layout, correction: int = 0):
+    r"""Steps (1)-(2) on the view ``xv``: ``(mu, sigma^2, x - mu)``.
+
+    Two-pass: the mean, then the centered values, then the sum of their squares as one
+    contraction (exact up to rounding; :math:`E[x^2]-E[x]^2` would cancel catastrophically
+    when :math:`|\mu| \gg \sigma`).  Uncentered layouts (RMSNorm): :math:`\mu = 0`, the
+    mean square, and ``x`` itself.
+    """
+    n = lay.set_size - correction
+    if not lay.centered:
+        mean = xv.new_zeros(lay.stat_shape)
+        return mean, sum_of_products(xv, xv, lay.reduce_dims) / n, xv
+    mean = xv.mean(lay.reduce_dims, keepdim=True)                 # mu
+    centered = xv - mean                                          # x - mu
+    var = sum_of_products(centered, centered, lay.reduce_dims) / n  # sum (x - mu)^2 / (n - c)
+    return mean, var, centered
+
+
+def inverse_std(var: torch.Tensor, eps: float, eps_mode: str = "inside") -> torch.Tensor:
+    """Step (3): ``r = 1 / sqrt(var + eps)``, or ``1 / (sqrt(var) + eps)`` outside."""
+    if eps_mode == "inside":
+        return torch.rsqrt(var + eps)
+    if eps_mode == "outside":
+        return 1.0 / (var.sqrt() + eps)
+    raise ValueError(f"eps_mode must be 'inside' or 'outside', got {eps_mode!r}")
+
+
+def apply_affine(centered: torch.Tensor, inv_std: torch.Tensor, lay: Layout, weight, bias,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Steps (4)-(5): ``gamma * (x - mu) * r + beta`` on the view, written into ``out``
+    (which may be ``centered`` itself, or a view of a fresh tensor).
+
+    Where gamma is constant on every set (BN, IN, GN), ``gamma * r`` is one small per-set
+    ``scale`` and the rest is one multiply and one add; LayerNorm's gamma (per element)
+    multiplies :math:`\hat x`.  (Out-of-place ``addcmul`` with a broadcast beta is several
+    times slower on CPU than a multiply followed by an in-place add.)
+    """
+    cdt = centered.dtype
+    w = None if weight is None else weight.to(cdt).reshape(lay.affine_view_shape)
+    b = None if bias is None else bias.to(cdt).reshape(lay.affine_view_shape)
+    if w is not None and lay.gamma_constant_on_sets:
+        y = torch.mul(centered, inv_std * w, out=out)          # (x - mu) * (gamma r)
+    else:
+        y = torch.mul(centered, inv_std, out=out)              # x_hat
+        if w is not None:
+            y = torch.mul(y, w, out=out)                       # gamma x_hat (per element)
+    if b is not None:
+        y = y.add_(b)                                          # + beta
+    return y
+
+
+def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
+                      mean=None, var=None, correction: int = 0,
+                      eps_mode: str = "inside") -> Normalized:
+    r"""The formula over the sets of ``lay``, differentiable by autograd step by step.
+
+    Given ``mean`` and ``var`` (broadcastable to the view), they are used instead of the
+    statistics of ``x``: that is eval mode.  The centering comes first on purpose: folding
+    the mean into the shift (``x * scale + (beta - mu * scale)``, one pass fewer) loses
+    accuracy when :math:`|\mu_i| \gg \sigma_i`, and a constant input would no longer give
+    exactly beta.
+    """
+    out_dtype = x.dtype
+    xv = x.reshape(lay.view_shape).to(compute_dtype(out_dtype))
+    if mean is None or var is None:
+        mean, var, centered = moments(xv, lay, correction)             # (1)-(2)
+    else:
+        mean, var = mean.to(xv.dtype), var.to(xv.dtype)
+        centered = xv - mean if lay.centered else xv
+    inv_std = inverse_std(var, eps, eps_mode)                          # (3)
+    # Without autograd, the output is written over `centered` when it is a fresh temporary:
+    # one full-size allocation fewer (they cost page faults on CPU), the same arithmetic.
+    recording = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
+    reuse = not recording and centered is not xv
+    y = apply_affine(centered, inv_std, lay, weight, bias, out=centered if reuse else None)  # (4)-(5)
+    return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
+
+
+class Standardized(NamedTuple):
+    """Steps (1)-(4) of the formula, in the view and the compute dtype."""
+
+    xhat: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+    inv_std: torch.Tensor
+
+
+def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
+                eps_mode: str = "inside") -> Standardized:
+    r""":math:`\hat x = (x - \mu)\,r` (no gamma, no beta), with the statistics it used; the
+    forward pass of the hand-derived Functions."""
+    xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
+    mean, var, centered = moments(xv, lay, correction)
+    inv_std = inverse_std(var, eps, eps_mode)
+    xhat = torch.mul(centered, inv_std, out=None if centered is xv else centered)
+    return Standardized(xhat, mean, var, inv_std)

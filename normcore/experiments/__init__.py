@@ -1,0 +1,24 @@
+"""Small, seeded experiments behind the chapters' widgets and claims, one module each.
+
+* :mod:`normcore.experiments.running`: the running-statistics simulator (chapter 3);
+* :mod:`normcore.experiments.sync`: per-device, synchronized and full-batch BatchNorm over
+  real processes (chapter 3).
+
+The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
+the process-based comparison is imported on first use (``experiments.sync``), since it
+starts processes and needs :mod:`torch.distributed`.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .running import *  # noqa: F401,F403
+from .running import __all__ as _running_all
+
+__all__ = list(_running_all) + ["running", "sync"]
+
+
+def __getattr__(name: str):
+    if name in ("running", "sync"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

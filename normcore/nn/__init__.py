@@ -1,0 +1,33 @@
+"""Drop-in modules: the bookkeeping around :mod:`normcore.functional`.
+
+The math lives in :mod:`normcore.functional`; a module only holds parameters and buffers and
+decides, from ``self.training`` and ``track_running_stats``, which statistics to use.  The
+constructor arguments, defaults, parameter and buffer names (``weight``, ``bias``,
+``running_mean``, ``running_var``, ``num_batches_tracked``) and ``extra_repr`` are those of
+``torch.nn``, so a ``state_dict`` moves between ``torch.nn.BatchNorm2d`` and
+``normcore.nn.BatchNorm2d`` in both directions.
+
+Train or eval is read from ``module.training`` (``model.train()`` / ``model.eval()``), never
+from whether gradients are enabled.
+
+One module per family, as in ``torch.nn.modules``: :mod:`~normcore.nn.batchnorm`
+(BatchNorm1d/2d/3d, SyncBatchNorm), :mod:`~normcore.nn.instancenorm`,
+:mod:`~normcore.nn.normalization` (LayerNorm, RMSNorm, GroupNorm), :mod:`~normcore.nn.conv`
+(WSConv2d).
+"""
+from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
+from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
+from .conv import WSConv2d
+from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
+from .normalization import GroupNorm, LayerNorm, RMSNorm
+
+__all__ = [
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "InstanceNorm1d",
+    "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
+]
+
+# the public classes answer to the public name (as in reprs, errors and pickles)
+for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, InstanceNorm1d,
+             InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm):
+    _cls.__module__ = __name__
+del _cls

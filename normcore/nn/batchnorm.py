@@ -1,0 +1,227 @@
+"""BatchNorm modules: ``BatchNorm1d/2d/3d`` and ``SyncBatchNorm``, with the running buffers
+of ``torch.nn`` (the base class is shared with InstanceNorm, as in torch)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.nn import Module
+
+from .. import _checks as checks
+from .. import functional as F
+from .. import stats
+from .. import sync
+from ._params import affine_parameters, reset_affine
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
+
+
+class _NormBase(Module):
+    """Parameters and running buffers shared by BatchNorm and InstanceNorm (as in torch)."""
+
+    _version = 2
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
+                 *, bias: bool = True):
+        super().__init__()
+        cls = type(self).__name__
+        checks.check_positive_int(num_features, "num_features", cls)
+        checks.check_eps(eps, cls)
+        checks.check_momentum(momentum)
+        factory = {"device": device, "dtype": dtype}
+        self.num_features = int(num_features)
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        affine_parameters(self, num_features, affine, bias, factory)
+        if track_running_stats:
+            self.register_buffer("running_mean", torch.zeros(num_features, **factory))
+            self.register_buffer("running_var", torch.ones(num_features, **factory))
+            self.register_buffer("num_batches_tracked",
+                                 torch.tensor(0, dtype=torch.long, device=device))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        reset_affine(self)
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return ("{num_features}, eps={eps}, momentum={momentum}, affine={affine}, "
+                "bias={use_bias}, track_running_stats={track_running_stats}"
+                .format(**self.__dict__, use_bias=self.bias is not None))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # state dicts saved before num_batches_tracked existed (version < 2) lack it
+        version = local_metadata.get("version", None)
+        if (version is None or version < 2) and self.track_running_stats:
+            key = prefix + "num_batches_tracked"
+            if key not in state_dict:
+                state_dict[key] = (self.num_batches_tracked if self.num_batches_tracked is not None
+                                   and self.num_batches_tracked.device != torch.device("meta")
+                                   else torch.tensor(0, dtype=torch.long))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+
+class _BatchNorm(_NormBase):
+    """BatchNorm over ``(N, C, *)``: batch statistics in training, running ones in eval.
+
+    * train mode, ``track_running_stats=True``: normalize with the batch's mean and biased
+      variance; update the buffers (EMA with ``momentum``; the cumulative average
+      ``1 / num_batches_tracked`` when ``momentum is None``).
+    * eval mode, ``track_running_stats=True``: normalize with the buffers.
+    * ``track_running_stats=False``: no buffers; batch statistics in both modes.
+    """
+
+    _expected_dims: tuple[int, ...] = ()
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() not in self._expected_dims:
+            want = " or ".join(f"{d}D" for d in self._expected_dims)
+            raise ValueError(
+                f"expected {want} input (got {input.dim()}D input); "
+                f"{type(self).__name__} takes {self._shape_hint}")
+        if input.shape[1] != self.num_features:
+            raise ValueError(
+                f"{type(self).__name__}({self.num_features}) got an input with "
+                f"{input.shape[1]} channels at dim 1 (shape {tuple(input.shape)})")
+
+    def _averaging_factor(self) -> float:
+        """Count this batch and return the weight of its statistics in the running ones."""
+        if self.momentum is None:
+            factor = 0.0
+        else:
+            factor = self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = stats.averaging_factor(self.momentum, int(self.num_batches_tracked))
+        return factor
+
+    def _batch_norm(self, input: Tensor, factor: float, use_batch_stats: bool,
+                    running_mean, running_var) -> Tensor:
+        return F.batch_norm(input, running_mean, running_var, self.weight, self.bias,
+                            use_batch_stats, factor, self.eps)
+
+    def forward(self, input: Tensor) -> Tensor:
+        checks.check_float(input, "input", type(self).__name__)
+        self._check_input_dim(input)
+        factor = self._averaging_factor()
+        # batch statistics in training, and in eval when there are no buffers
+        use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        # buffers are passed when they are to be read (eval) or updated (train, tracking)
+        pass_buffers = not self.training or self.track_running_stats
+        return self._batch_norm(input, factor, use_batch_stats,
+                                self.running_mean if pass_buffers else None,
+                                self.running_var if pass_buffers else None)
+
+
+class BatchNorm1d(_BatchNorm):
+    """BatchNorm over ``(N, C)`` or ``(N, C, L)``: one mean/variance per channel."""
+
+    _expected_dims = (2, 3)
+    _shape_hint = "(N, C) or (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """BatchNorm over ``(N, C, H, W)``: one mean/variance per channel over N, H, W."""
+
+    _expected_dims = (4,)
+    _shape_hint = "(N, C, H, W)"
+
+
+class BatchNorm3d(_BatchNorm):
+    """BatchNorm over ``(N, C, D, H, W)``."""
+
+    _expected_dims = (5,)
+    _shape_hint = "(N, C, D, H, W)"
+
+
+
+class SyncBatchNorm(_BatchNorm):
+    r"""BatchNorm whose training statistics are synchronized over a process group.
+
+    Same constructor, parameters, buffers and ``state_dict`` as ``torch.nn.SyncBatchNorm``
+    (torch 2.13), and it works on CPU tensors with the gloo backend.  Takes ``(N, C, *)``.
+    See the module docstring for the math, and for what happens with an empty local batch,
+    a world of size 1, eval mode and a missing process group.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, process_group=None,
+                 device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype,
+                         bias=bias)
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input); "
+                             f"SyncBatchNorm takes (N, C, *)")
+        if input.shape[1] != self.num_features:
+            raise ValueError(
+                f"SyncBatchNorm({self.num_features}) got an input with {input.shape[1]} "
+                f"channels at dim 1 (shape {tuple(input.shape)})")
+
+    def _group(self):
+        return self.process_group if self.process_group is not None else dist.group.WORLD
+
+    def forward(self, input: Tensor) -> Tensor:
+        if self.training:  # check before _averaging_factor counts the batch
+            sync.require_process_group("SyncBatchNorm")
+        return super().forward(input)
+
+    def _batch_norm(self, input: Tensor, factor: float, use_batch_stats: bool,
+                    running_mean, running_var) -> Tensor:
+        # eval mode (buffers, or local stats without buffers) and a world of one: plain BN
+        if not (self.training and use_batch_stats) or dist.get_world_size(self._group()) == 1:
+            return super()._batch_norm(input, factor, use_batch_stats, running_mean, running_var)
+        return sync.SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean, running_var,
+                                      factor, self.eps, self._group())
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: torch.nn.Module, process_group=None) -> torch.nn.Module:
+        """Replace every BatchNorm*d (``torch.nn`` or ``normcore.nn``) in ``module`` by a
+        :class:`SyncBatchNorm`, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does.
+
+        The new module takes over the *same* parameter and buffer tensors (so an optimizer
+        built before the conversion still holds the right parameters, and ``requires_grad``
+        carries over), and the training flag.  A BatchNorm passed directly is returned as a
+        new module; otherwise ``module`` is changed in place and returned.
+        """
+        out = module
+        if isinstance(module, (torch.nn.modules.batchnorm._BatchNorm, _BatchNorm)):
+            ref = module.weight if module.weight is not None else module.running_mean
+            out = cls(module.num_features, module.eps, module.momentum, module.affine,
+                      module.track_running_stats, process_group,
+                      device=None if ref is None else ref.device,
+                      dtype=None if ref is None else ref.dtype,
+                      bias=module.bias is not None)
+            if module.affine:
+                with torch.no_grad():
+                    out.weight = module.weight
+                    out.bias = module.bias
+            out.running_mean = module.running_mean
+            out.running_var = module.running_var
+            out.num_batches_tracked = module.num_batches_tracked
+            out.training = module.training
+            if hasattr(module, "qconfig"):
+                out.qconfig = module.qconfig
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return out

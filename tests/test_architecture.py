@@ -1,0 +1,121 @@
+"""The package's structure: no import cycles, the sets stated once, files of a readable size."""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "normcore"
+MODULES = {p: ".".join(p.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+           for p in sorted(PKG.rglob("*.py"))}
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """The normcore modules ``path`` imports, at any depth (lazy imports count too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            if node.module or not node.level:   # `from . import x` imports x, not the package
+                found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)   # from pkg import module
+    known = set(MODULES.values())
+    return {m for m in found if m in known and m != name}
+
+
+GRAPH = {name: _imports(path, name) for path, name in MODULES.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            # a package's __init__ importing its own submodules is not a cycle back to it
+            if nxt.startswith(node + "."):
+                continue
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if state.get(nxt) is None:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = 2
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if state.get(node) is None:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_is_acyclic():
+    assert GRAPH["normcore.grad"], "the import graph was not read"
+    cycle = _cycle({k: {m for m in v if not k.startswith(m + ".")} for k, v in GRAPH.items()})
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("module, allowed", [
+    ("normcore.axes", set()),
+    ("normcore.stats", set()),
+    ("normcore._checks", {"normcore.axes", "normcore.stats"}),
+    ("normcore.core", {"normcore.axes"}),
+    ("normcore.grad", {"normcore._checks", "normcore.axes", "normcore.core"}),
+    ("normcore.functional", {"normcore._checks", "normcore.axes", "normcore.core",
+                             "normcore.grad", "normcore.stats"}),
+    ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.stats"}),
+    ("normcore.launch", set()),
+])
+def test_each_layer_imports_only_from_the_layers_above(module, allowed):
+    assert GRAPH[module] <= allowed, f"{module} imports {sorted(GRAPH[module] - allowed)}"
+
+
+# reduce dims written out by hand: (0,) + tuple(range(2, ...)), [0] + list(range(2, ...)),
+# range(2, x.dim()) (every dim after the channels), (0, 2, 3)
+_HAND_WRITTEN_SETS = re.compile(
+    r"\(0,\)\s*\+\s*tuple\(range\(2|\[0\]\s*\+\s*list\(range\(2|range\(2,\s*[\w.]+\.dim\(\)\)"
+    r"|range\(2,\s*(len\(|ndim|nd\b)|\(0,\s*2,\s*3\)|dim=\(0,|dims=\(0,")
+
+
+def _code_only(text: str) -> str:
+    """The source without its strings and comments (docstrings may show a student's code)."""
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type not in (tokenize.STRING, tokenize.COMMENT):
+            out.append(tok.string)
+    return " ".join(out).replace("( ", "(").replace(" )", ")").replace(" ,", ",").replace(" (", "(")
+
+
+def test_no_reduce_dims_are_hand_written_outside_axes():
+    offenders = [str(p.relative_to(PKG.parent)) for p in MODULES
+                 if p.name != "axes.py" and _HAND_WRITTEN_SETS.search(_code_only(p.read_text()))]
+    assert not offenders, f"reduce dims written by hand (take them from normcore.axes): {offenders}"
+    assert _HAND_WRITTEN_SETS.search(_code_only("dims = (0,) + tuple(range(2, x.dim()))"))
+
+
+def test_no_module_is_longer_than_500_lines():
+    long = {str(p.relative_to(PKG.parent)): n for p in MODULES
+            if (n := len(p.read_text().splitlines())) > 520}
+    assert not long, f"split these modules along their seams: {long}"

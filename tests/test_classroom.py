@@ -1,0 +1,422 @@
+"""The classroom tools: student notebooks from marked chapters, and grading submissions.
+
+The grading tests plant submissions in a small marked chapter built here (one exercise per
+known misconception of four ops, plus broken ones), grade them in fresh kernels with small
+time limits, and read the rows.  The chapters of the book are turned into student notebooks
+and executed: nothing fails but the stubs, which the checkers report as not implemented.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import csv
+import hashlib
+import inspect
+import json
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+import test_exercises as student_style
+from normcore import exercises
+from normcore.classroom import MarkingError, read_exercises, student_notebook
+from normcore.classroom.__main__ import main
+from normcore.classroom.grade import grade, grade_notebook, summary, write_csv
+from normcore.classroom.marking import solution_lines, source_text
+from normcore.classroom.student import dumps, write_student
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+
+# =======================================================================================
+# a marked chapter, built here
+# =======================================================================================
+def mark(label, role, **extra):
+    return {"normcore": {"exercise": label, "role": role, **extra}}
+
+
+def exercise_cells(label, op, fn, body, points=1, options="", check=True):
+    """The five cells of one coding exercise (four without ``check``)."""
+    args = exercises.signature(op)[2:-1] if op else ""
+    cells = [
+        new_markdown_cell(f"````{{exercise}}\n:label: {label}\n\nWrite `{fn}`.\n````",
+                          metadata=mark(label, "statement", points=points)),
+        new_markdown_cell(f"````{{solution-start}} {label}\n:class: dropdown\n````\n"
+                          f"Hint only the solution shows ({label}).",
+                          metadata=mark(label, "solution-start")),
+        new_code_cell(f"def {fn}({args}):\n    ### BEGIN SOLUTION\n{body}\n"
+                      f"    ### END SOLUTION" if op else body,
+                      metadata=mark(label, "solution")),
+        new_markdown_cell("````{solution-end}\n````", metadata=mark(label, "solution-end")),
+    ]
+    if check:
+        cells.append(new_code_cell(
+            f'report = exercises.check("{op}", {fn}{options})\nprint(report)\n'
+            f"assert report.passed", metadata=mark(label, "check")))
+    return cells
+
+
+def call(fn_name, op):
+    return f"    return {fn_name}({exercises.signature(op)[2:-1]})"
+
+
+OPS4 = ("batch_norm", "layer_norm", "running_update", "weight_standardize")
+#: one planted exercise per known misconception of four ops: (label, op, options text,
+#: the student-style function, the keys it must be named as)
+PLANTED = []
+for _op, _fn, _options, _keys, _ in student_style.DIAGNOSES:
+    if _op in OPS4:
+        _text = "".join(f", {k}={v!r}" for k, v in _options.items())
+        PLANTED.append((f"ex-{_fn.__name__.replace('_', '-')}", _op, _text, _fn, _keys))
+CORRECT = {"batch_norm": "bn_correct", "layer_norm": "ln_correct",
+           "running_update": "running_correct", "weight_standardize": "ws_original"}
+
+
+def correct_for(op, options_text):
+    if op == "weight_standardize" and "convention" in options_text:
+        return "ws_bit"  # right for 'bit' and 'timm'
+    return CORRECT[op]
+
+
+HELPERS = ["bn_dims", "per_channel", "bn_stats", "_ws_dims", "_bwd_parts", *CORRECT.values(),
+           "ws_bit", *sorted({fn.__name__ for _, _, _, fn, _ in PLANTED})]
+SETUP = "import torch\nfrom normcore import exercises\n\n\n" + "\n\n".join(
+    inspect.getsource(getattr(student_style, name)) for name in dict.fromkeys(HELPERS))
+
+BROKEN = ["syntax", "loop", "renamed", "deleted", "stub", "memory"]
+
+
+def fixture_chapter() -> nbformat.NotebookNode:
+    cells = [new_markdown_cell("# A small chapter"), new_code_cell(SETUP)]
+    for i, (label, op, options, _, _) in enumerate(PLANTED):
+        cells += exercise_cells(label, op, f"solve_{i}", call(correct_for(op, options), op),
+                                points=2, options=options)
+    for name in BROKEN:
+        cells += exercise_cells(f"ex-broken-{name}", "batch_norm", f"broken_{name}",
+                                call("bn_correct", "batch_norm"))
+    cells += exercise_cells("ex-derivation", None, None,
+                            "### BEGIN SOLUTION\nassert 1 + 1 == 2\n### END SOLUTION",
+                            points=3, check=False)
+    cells.append(new_markdown_cell("## Summary"))
+    return new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC})
+
+
+def plant(student, sources: dict, drop_checks=()) -> nbformat.NotebookNode:
+    """A submission: ``student`` with the solution cells of ``sources``' labels replaced."""
+    nb = copy.deepcopy(student)
+    cells = []
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        label = grade_id.rsplit("-", 1)[0]
+        if grade_id.endswith("-solution") and label in sources:
+            cell.source = sources[label]
+        if grade_id.endswith("-check") and label in drop_checks:
+            continue
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+def solutions_of(chapter) -> dict:
+    return {c.metadata["normcore"]["exercise"]: c.source for c in chapter.cells
+            if c.metadata.get("normcore", {}).get("role") == "solution"}
+
+
+@pytest.fixture(scope="module")
+def chapter():
+    return fixture_chapter()
+
+
+@pytest.fixture(scope="module")
+def student(chapter):
+    return student_notebook(chapter, "small")
+
+
+# =======================================================================================
+# reading the marking, writing the student notebook
+# =======================================================================================
+def test_marking_is_read(chapter):
+    found = read_exercises(chapter)
+    assert [e.label for e in found] == [p[0] for p in PLANTED] + [
+        f"ex-broken-{n}" for n in BROKEN] + ["ex-derivation"]
+    first = found[0]
+    assert (first.op, first.function, first.points, first.coding) == (
+        PLANTED[0][1], "solve_0", 2, True)
+    assert not found[-1].coding and found[-1].points == 3
+
+
+def test_broken_marking_is_refused(chapter):
+    nb = copy.deepcopy(chapter)
+    check = next(c for c in nb.cells if c.metadata.get("normcore", {}).get("role") == "check")
+    check.source = "print(exercises.check('batch_norm', solve_0))"
+    with pytest.raises(MarkingError, match="check cell must read exactly"):
+        read_exercises(nb)
+    nb = copy.deepcopy(chapter)
+    sol = next(c for c in nb.cells if c.metadata.get("normcore", {}).get("role") == "solution")
+    sol.source = sol.source.replace("### END SOLUTION", "")
+    with pytest.raises(MarkingError, match="without ### END SOLUTION"):
+        read_exercises(nb)
+
+
+def test_student_notebook_has_stubs_and_nbgrader_metadata(student):
+    by_id = {c.metadata["nbgrader"]["grade_id"]: c for c in student.cells
+             if "nbgrader" in c.metadata}
+    stub = by_id["ex-broken-stub-solution"]
+    assert stub.source == ("def broken_stub(x, gamma, beta, eps):\n    # YOUR CODE HERE\n"
+                           "    raise NotImplementedError()")
+    assert stub.metadata["nbgrader"] == {"grade": False, "grade_id": "ex-broken-stub-solution",
+                                         "locked": False, "schema_version": 3,
+                                         "solution": True}
+    check = by_id["ex-broken-stub-check"]
+    assert check.metadata["nbgrader"] == {"grade": True, "grade_id": "ex-broken-stub-check",
+                                          "locked": True, "points": 1, "schema_version": 3,
+                                          "solution": False}
+    answer = by_id["ex-derivation-answer"]
+    assert answer.cell_type == "markdown" and answer.metadata["nbgrader"]["points"] == 3
+    assert by_id["ex-derivation-statement"].metadata["nbgrader"]["locked"]
+    text = dumps(student)
+    assert "solution-start" not in text and "solution-end" not in text
+    assert "Hint only the solution shows" not in text
+    nbformat.validate(nbformat.reads(text, as_version=4))
+    manifest = student.metadata["normcore"]["classroom"]
+    assert manifest["source"] == "small" and len(manifest["exercises"]) == len(PLANTED) + 7
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_student_chapter_has_no_solution_text(path, tmp_path):
+    source = nbformat.read(path, as_version=4)
+    target = write_student(path, tmp_path)
+    text = target.read_text(encoding="utf-8")
+    assert write_student(path, tmp_path).read_text(encoding="utf-8") == text  # same bytes
+    student = nbformat.reads(text, as_version=4)
+    roles = [c.metadata.get("normcore", {}).get("role") for c in source.cells]
+    outside = "\n".join(source_text(c) for c, r in zip(source.cells, roles)
+                        if r not in ("solution", "solution-start"))
+    for cell, role in zip(source.cells, roles):
+        if role == "solution":
+            lines = solution_lines(source_text(cell))
+        elif role == "solution-start":
+            lines = source_text(cell).split("\n")[3:]  # the prose after the directive
+        else:
+            continue
+        for line in lines:
+            line = line.strip()
+            if len(line) > 3 and line not in outside:
+                assert line not in text, f"{path.name}: solution text {line!r} in the student file"
+    assert all(not c.get("outputs") for c in student.cells if c.cell_type == "code")
+    assert len(read_exercises(source)) == len(student.metadata["normcore"]["classroom"][
+        "exercises"])
+
+
+def test_student_command(tmp_path, capsys):
+    assert main(["student", *map(str, CHAPTERS), "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for path in CHAPTERS:
+        assert (tmp_path / path.name).exists() and f"-> {tmp_path / path.name}" in out
+    assert main(["student", str(CHAPTERS[0]), "-o", str(CHAPTERS[0].parent)]) == 1
+    assert "the chapter itself" in capsys.readouterr().err
+
+
+# =======================================================================================
+# the checker reports a stub as not implemented
+# =======================================================================================
+def test_check_reports_a_stub_as_not_implemented():
+    def stub(x, gamma, beta, eps):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+    report = exercises.check("batch_norm", stub)
+    assert report.kind == "not_implemented" and not report.passed
+    assert str(report).startswith("batch_norm: not implemented.")
+
+
+# =======================================================================================
+# grading planted submissions
+# =======================================================================================
+CELL_TIMEOUT = 10   # the infinite loop costs this much
+MEMORY = 2048       # MB; the memory exercise asks for 3 GB
+
+
+def mistakes(chapter) -> dict:
+    """One wrong solution per exercise: each misconception, and the broken ones."""
+    sources = {}
+    for i, (label, op, _, fn, _) in enumerate(PLANTED):
+        args = exercises.signature(op)[2:-1]
+        sources[label] = f"def solve_{i}({args}):\n{call(fn.__name__, op)}"
+    sources["ex-broken-syntax"] = "def broken_syntax(x, gamma, beta, eps)\n    return x"
+    sources["ex-broken-loop"] = "def broken_loop(x, gamma, beta, eps):\n    while True:\n" \
+                                "        pass"
+    sources["ex-broken-renamed"] = "def my_own_name(x, gamma, beta, eps):\n" \
+                                   "    return bn_correct(x, gamma, beta, eps)"
+    sources["ex-broken-deleted"] = solutions_of(chapter)["ex-broken-deleted"]
+    sources["ex-broken-memory"] = (
+        "def broken_memory(x, gamma, beta, eps):\n"
+        "    big = torch.empty(3 * 2 ** 30 // 8, dtype=torch.float64)  # 3 GB\n"
+        "    return bn_correct(x, gamma, beta, eps)")
+    return sources
+
+
+@pytest.fixture(scope="module")
+def graded(chapter, student, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    solved = plant(student, solutions_of(chapter))
+    nbformat.write(solved, folder / "alice.ipynb")
+    nbformat.write(plant(student, mistakes(chapter), drop_checks=("ex-broken-deleted",)),
+                   folder / "bob.ipynb")
+    (folder / "carol.ipynb").write_text('{"cells": [', encoding="utf-8")   # not JSON
+    nbformat.write(chapter, folder / "dave.ipynb")   # the source: not a student notebook
+    paths = sorted(folder.glob("*.ipynb"))
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    mtimes = {p: p.stat().st_mtime_ns for p in paths}
+    rows = grade(paths, cell_timeout=CELL_TIMEOUT, timeout=300, memory=MEMORY, progress=False,
+                 jobs=2)
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths} == before
+    assert {p: p.stat().st_mtime_ns for p in paths} == mtimes
+    assert sorted(os.listdir(folder)) == [p.name for p in paths]   # nothing written beside
+    return {(r.student, r.exercise): r for r in rows}, rows, folder
+
+
+def test_solutions_pass(graded):
+    by, _, _ = graded
+    for label, *_ in PLANTED:
+        assert by["alice", label].status == "passed", by["alice", label]
+        assert by["alice", label].score == 2
+    for name in BROKEN:
+        assert by["alice", f"ex-broken-{name}"].status == "passed"
+    assert by["alice", "ex-derivation"].status == "manual"
+
+
+@pytest.mark.parametrize("label, op, options, fn, keys", PLANTED,
+                         ids=[p[0] for p in PLANTED])
+def test_each_misconception_is_named(graded, label, op, options, fn, keys):
+    row = graded[0]["bob", label]
+    assert row.status == "misconception", row
+    assert row.misconception == "+".join(keys)
+    assert row.misconception_name == " + ".join(exercises.CATALOGUE[k].title for k in keys)
+    assert row.score == 0 and row.op == op
+
+
+def test_broken_submissions_get_clear_rows(graded):
+    by, _, _ = graded
+    row = by["bob", "ex-broken-syntax"]
+    assert row.status == "error" and row.detail.startswith("your cell raised SyntaxError")
+    assert ".py" not in row.detail   # no temporary file names
+    row = by["bob", "ex-broken-loop"]
+    assert row.status == "timed out" and f"longer than {CELL_TIMEOUT} s" in row.detail
+    row = by["bob", "ex-broken-renamed"]
+    assert row.status == "missing function"
+    assert "broken_renamed" in row.detail and "defines my_own_name" in row.detail
+    row = by["bob", "ex-broken-deleted"]
+    assert row.status == "passed" and row.detail.startswith("check cell deleted")
+    row = by["bob", "ex-broken-memory"]
+    assert row.status == "error" and "RuntimeError" in row.detail, row
+    assert by["bob", "ex-broken-stub"].status == "not implemented"
+    # the exercises after the timed-out one were graded
+    assert by["bob", "ex-derivation"].status == "manual"
+    assert by["carol", "*"].status == "unreadable" and "JSON" in by["carol", "*"].detail
+    assert by["dave", "*"].status == "unreadable"
+    assert "not a student notebook" in by["dave", "*"].detail
+
+
+def test_csv_and_summary(graded, tmp_path):
+    _, rows, _ = graded
+    write_csv(rows, tmp_path / "grades.csv")
+    with open(tmp_path / "grades.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows) == 2 * (len(PLANTED) + len(BROKEN) + 1) + 2
+    assert table[0].keys() == {"student", "chapter", "exercise", "op", "points", "score",
+                               "status", "misconception", "misconception_name", "detail"}
+    text = summary(rows)
+    assert text.splitlines()[0] == "4 submission(s)"
+    label = PLANTED[0][0]
+    assert f"{label} (batch_norm, 2 points): 1 of 2 passed" in text
+    key = PLANTED[0][4][0]
+    assert f"  {exercises.CATALOGUE[key].title} [{key}]: 1 of 2" in text
+    assert "  timed out: 1 of 2" in text and "carol: unreadable" in text
+
+
+def test_a_notebook_over_its_time_limit_is_killed(tmp_path):
+    # a loop that survives the interrupt: only the notebook's limit stops it
+    label = "ex-hang"
+    chapter = new_notebook(cells=exercise_cells(label, "batch_norm", "hang", "    return x"),
+                           metadata={"kernelspec": KERNELSPEC})
+    loop = ("import time\nwhile True:\n    try:\n        time.sleep(0.05)\n"
+            "    except KeyboardInterrupt:\n        pass")
+    nb = plant(student_notebook(chapter, "hang"), {label: loop})
+    rows, ran = grade_notebook(nb, "erin", cell_timeout=2, timeout=12, memory=MEMORY)
+    assert ran["timed_out"] and ran["kernel"], "the kernel started, and was stopped"
+    assert not alive(ran["kernel"])
+    assert rows[0].status == "timed out" and "notebook ran longer than 12 s" in rows[0].detail
+
+
+def alive(pid: int) -> bool:
+    """Is ``pid`` a running process (not gone, not a zombie waiting to be reaped)?"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+# =======================================================================================
+# the student version of every chapter runs to the end
+# =======================================================================================
+def exercise_part(nb):
+    """The chapter's first code cell (its imports) and everything from its Exercises heading
+    on: the cells a student notebook changes.  The cells before the heading are the
+    chapter's own, which nbval executes; no cell outside the exercises uses a solution's
+    function (``test_no_cell_outside_the_exercises_uses_a_solution``)."""
+    start = next(i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "markdown" and re.search(r"^#+ Exercises", c.source, re.M))
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    part = copy.deepcopy(nb)
+    part.cells = [first_code] + nb.cells[start:]
+    return part
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_cell_outside_the_exercises_uses_a_solution(path):
+    source = nbformat.read(path, as_version=4)
+    names = {e.function for e in read_exercises(source) if e.function}
+    for cell in source.cells:
+        if cell.cell_type == "code" and "normcore" not in cell.metadata:
+            code = "\n".join(line for line in cell.source.splitlines()
+                             if not line.lstrip().startswith(("%", "!")))   # IPython magics
+            used = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+            assert not used & names, (path.name, used & names)
+
+
+def test_student_chapters_run_with_only_stubs_unimplemented():
+    """The student notebooks of every chapter (their exercise parts, one after the other in
+    one kernel), executed as an untouched submission: every coding exercise is reported as
+    not implemented, and no cell fails.  NORMCORE_FULL_STUDENT_RUN=1 executes each whole
+    chapter in its own kernel instead (slower)."""
+    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS]
+    if os.environ.get("NORMCORE_FULL_STUDENT_RUN") == "1":
+        runs = students
+    else:
+        parts = [exercise_part(nb) for nb in students]
+        combined = copy.deepcopy(parts[0])
+        combined.cells = [c for part in parts for c in part.cells]
+        combined.metadata["normcore"]["classroom"]["exercises"] = [
+            e for nb in parts for e in nb.metadata["normcore"]["classroom"]["exercises"]]
+        runs = [combined]
+    labels = []
+    for nb in runs:
+        rows, ran = grade_notebook(nb, "student", cell_timeout=300, timeout=900)
+        errors = {i: (e["ename"], e["evalue"]) for i, e in ran["cells"].items()
+                  if e["status"] == "error"}
+        assert not errors, errors
+        assert len(ran["cells"]) == sum(c.cell_type == "code" for c in nb.cells)
+        for row in rows:
+            expected = "not implemented" if row.op else "manual"
+            assert row.status == expected, row
+        labels += [row.exercise for row in rows]
+    for nb in students:   # every chapter has at least three exercises, all of them run
+        mine = [e["label"] for e in nb.metadata["normcore"]["classroom"]["exercises"]]
+        assert len(mine) >= 3 and set(mine) <= set(labels)

@@ -1,0 +1,82 @@
+"""The numeric core and the reference backward: the fast paths of grad.Normalize agree with
+the boxed formula written once (grad.boxed_backward) for every set, and the core's formula
+covers RMSNorm (an uncentered row of the table)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import normcore.functional as F
+from normcore import axes, core, grad
+
+CASES = [  # (norm, shape, num_groups, normalized_ndim)
+    ("batch", (5, 3), None, None), ("batch", (4, 3, 6), None, None),
+    ("batch", (2, 3, 4, 5), None, None), ("instance", (2, 3, 7), None, None),
+    ("instance", (2, 3, 4, 5), None, None), ("group", (2, 6, 5), 3, None),
+    ("group", (2, 6, 3, 4), 2, None), ("group", (3, 4), 2, None),
+    ("layer", (3, 4, 5), None, None), ("layer", (3, 4, 5), None, 1),
+    ("layer", (2, 3, 4, 5), None, 2), ("layer", (6, 7), None, None),
+    ("rms", (3, 8), None, None), ("rms", (2, 3, 4), None, 1), ("rms", (2, 3, 4, 5), None, 3),
+]
+
+
+@pytest.mark.parametrize("norm, shape, G, k", CASES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_fast_backward_equals_the_boxed_formula(norm, shape, G, k, affine):
+    gen = torch.Generator().manual_seed(len(shape) * 7 + (G or 0))
+    lay = axes.layout(norm, shape, G, k)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 1).requires_grad_(True)
+    w = b = None
+    if affine:
+        w = (torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+        b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64).requires_grad_(True)
+    gy = torch.randn(shape, generator=gen, dtype=torch.float64)
+    y = grad.Normalize.apply(x, w, b, lay, 1e-5)[0]
+    leaves = [t for t in (x, w, b) if t is not None]
+    fast = torch.autograd.grad(y, leaves, gy)
+    st = core.standardize(x.detach(), lay, 1e-5)
+    ref = grad.boxed_backward(gy, st.xhat, st.inv_std, None if w is None else w.detach(), lay)
+    torch.testing.assert_close(fast[0], ref[0])
+    if affine:
+        torch.testing.assert_close(fast[1], ref[1])
+        torch.testing.assert_close(fast[2], ref[2])
+    # and both are autograd's derivative of the formula itself
+    auto = torch.autograd.grad(core.normalize_formula(x, lay, 1e-5, w, b).output, leaves, gy)
+    for a, f in zip(auto, fast):
+        torch.testing.assert_close(f, a)
+
+
+def test_the_reference_backward_can_fail():
+    """Drop the mean term of the boxed formula and the centered norms disagree with it."""
+    lay = axes.layout("batch", (4, 3))
+    x = torch.randn(4, 3, dtype=torch.float64)
+    gy = torch.randn(4, 3, dtype=torch.float64)
+    st = core.standardize(x, lay, 1e-5)
+    good = grad.boxed_backward(gy, st.xhat, st.inv_std, None, lay)[0]
+    bad = grad.boxed_backward(gy, st.xhat, st.inv_std, None,
+                              axes.roles_layout((4, 3), ("N",), centered=False))[0]
+    assert not torch.allclose(good, bad)
+
+
+@pytest.mark.parametrize("shape, k", [((3, 8), 1), ((2, 3, 4), 2), ((2, 5, 4, 3), 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rms_norm_matches_torch(shape, k, dtype):
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(shape, generator=gen, dtype=dtype) + 0.5).requires_grad_(True)
+    w = (torch.rand(shape[-k:], generator=gen, dtype=dtype) + 0.5).requires_grad_(True)
+    gy = torch.randn(shape, generator=gen, dtype=dtype)
+    outs = []
+    for fn in (F.rms_norm, TF.rms_norm):
+        for eps in (None, 1e-3):
+            y = fn(x, shape[-k:], w, eps)
+            outs.append((y, *torch.autograd.grad(y, (x, w), gy)))
+    for ours, theirs in zip(outs[:2], outs[2:]):
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b)
+
+
+def test_rms_norm_has_no_centering():
+    x = torch.full((2, 4), 3.0, dtype=torch.float64)
+    torch.testing.assert_close(F.rms_norm(x, (4,), eps=0.0 + 1e-12), torch.ones(2, 4, dtype=torch.float64))
+    assert not axes.layout("rms", (2, 4)).centered
