@@ -15,7 +15,8 @@ PORT ?= 8000
 CHAPTERS := $(sort $(wildcard chapters/*.ipynb))
 BUILD_FLAGS := --all -W -n --keep-going
 
-.PHONY: book build vendor test test-package test-site notebooks lab serve clean
+.PHONY: book build vendor test test-package test-site notebooks lab serve clean \
+        book-nosolutions
 
 # --- environments (stamp files: redone only when the pins change) -----------------------
 
@@ -54,11 +55,22 @@ book: build
 	  echo "No display here. Serve it with 'make serve' and open http://127.0.0.1:$(PORT)/"; \
 	fi
 
+# The book without solutions, for a class while an assignment is open. sphinx-exercise's
+# hide_solutions crashes on the gated solutions, so this builds a copy of the book whose
+# notebooks lack the solution (and check) cells: _build/nosolutions/_build/html.
+NOSOL := _build/nosolutions
+
+book-nosolutions: vendor
+	rm -rf $(NOSOL)
+	$(PY) -m normcore.classroom nosolutions . -o $(NOSOL)/src
+	$(JB) build $(BUILD_FLAGS) --path-output $(NOSOL) $(NOSOL)/src
+	@echo "The book without solutions: $(CURDIR)/$(NOSOL)/_build/html/index.html"
+
 # --- tests -------------------------------------------------------------------------------
 # 1. package tests and nbval (strict) on every chapter, in parallel: --dist loadfile keeps
 #    one notebook's cells in one worker (one kernel);
 # 2. a clean build of the book (warnings are errors);
-# 3. the browser tests of that fresh build.
+# 3. the browser tests of that fresh build (the site, and its accessibility).
 # pytest's exit code 5 (nothing collected) fails the target like any other non-zero code.
 
 test:
@@ -71,7 +83,7 @@ test-package: $(VENV)/.stamp
 test-site: vendor
 	rm -rf $(HTML) _build/.doctrees _build/screenshots
 	$(JB) build $(BUILD_FLAGS) .
-	$(BIN)/pytest -m site tests/test_site.py
+	$(BIN)/pytest -m site tests/test_site.py tests/test_a11y.py
 
 # --- notebooks ---------------------------------------------------------------------------
 

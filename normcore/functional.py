@@ -23,13 +23,15 @@ Dispatch: when autograd will need a gradient, the work goes to the hand-derived 
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import _checks as checks
-from . import stats
+from . import axes, stats
 from ._checks import WS_CONVENTIONS
 from .axes import Layout
-from .core import Normalized, normalize_formula
+from .core import Normalized, compute_dtype, normalize_formula
 from .grad import Normalize, WeightStandardize
 
 __all__ = [
@@ -193,3 +195,73 @@ def weight_standardize(weight, eps=None, *, convention="original"):
         return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])
     return normalize_formula(weight, lay, eps, correction=conv["correction"],
                              eps_mode=conv["eps_mode"]).output
+
+
+# ---------------------------------------------------------------------------------------
+# adaptive instance norm (the InstanceNorm chapter)
+# ---------------------------------------------------------------------------------------
+__all__ += ["adaptive_instance_norm", "instance_stats"]
+
+
+def instance_stats(input, eps: float = 0.0, caller: str = "instance_stats"):
+    r"""Per ``(n, c)`` mean and standard deviation over the spatial dims, shape
+    ``(N, C, 1, ...)``: :math:`\mu_{nc}` and :math:`\sqrt{\sigma_{nc}^2 + \epsilon}` with the
+    biased variance, from :func:`normalize_formula` over InstanceNorm's sets (so they carry
+    gradients).  ``eps=0`` gives the plain standard deviation."""
+    checks.check_float(input, "input", caller)
+    checks.check_nc(input, caller, 3)
+    if eps:
+        checks.check_eps(eps, caller)
+    out = normalize_formula(input, axes.layout("instance", input.shape), 1.0)
+    return out.mean, (out.var + eps).sqrt()
+
+
+def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
+    r"""Adaptive Instance Normalization (Huang & Belongie 2017): give each channel of each
+    sample of ``input`` the mean and standard deviation of that channel of ``style``.
+
+    .. math::
+
+        \operatorname{AdaIN}(x, v)_{nc} = s_{nc}(v)\,
+            \frac{x_{nc} - \mu_{nc}(x)}{\sqrt{\sigma_{nc}^2(x) + \epsilon}} + \mu_{nc}(v),
+        \qquad s_{nc}(v) = \sqrt{\sigma_{nc}^2(v) + \epsilon},
+
+    for content :math:`x` and style :math:`v`, with InstanceNorm's statistics (biased variance,
+    over the spatial dims).  :math:`\epsilon` on both sides makes ``AdaIN(x, x) == x``.  With
+    ``alpha`` < 1 the output is ``alpha * AdaIN(x, v) + (1 - alpha) * x``, the paper's
+    content-style trade-off; for this formula it is the same as interpolating the statistics
+    themselves.
+
+    Args:
+        input: the content, ``(N, C, *spatial)`` with at least one spatial dim.
+        style: ``(N, C, *spatial')``: the same ``N`` and ``C``; its spatial size may differ.
+        alpha: in ``[0, 1]``; 1 is full stylization, 0 returns ``input``.
+        eps: added to both variances.
+    Shape:
+        the output has the shape of ``input``.
+    """
+    caller = "adaptive_instance_norm"
+    lay = checks.instance_norm_layout(input, eps=eps, caller=caller)
+    checks.check_float(style, "style", caller)
+    if style.dim() < 3:
+        raise ValueError(
+            f"{caller}: expected a style of shape (N, C, *spatial) with at least one spatial dim, "
+            f"got shape {tuple(style.shape)}")
+    if tuple(style.shape[:2]) != tuple(input.shape[:2]):
+        raise ValueError(
+            f"{caller}: content has (N, C) = {tuple(input.shape[:2])} but style has "
+            f"{tuple(style.shape[:2])}; each sample's channel c takes the statistics of the "
+            f"style's channel c of the same sample, so N and C must agree (the spatial sizes "
+            f"may differ). For one style image, use style.expand(N, -1, ...)")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
+        raise ValueError(f"{caller}: alpha must be a number in [0, 1], got {alpha!r}")
+    checks.verify_spatial_size(input.shape, caller)
+    checks.verify_spatial_size(style.shape, caller)
+    # float16 / bfloat16 are computed in float32 and cast back, as in normalize
+    cdt = compute_dtype(input.dtype)
+    xhat = normalize(input, lay, eps).output.to(cdt)            # (x - mu(x)) / sqrt(var(x) + eps)
+    mu_y, s_y = (t.to(cdt) for t in instance_stats(style, eps, caller))     # (N, C, 1, ...)
+    y = xhat * s_y + mu_y                                       # s(y) x_hat + mu(y)
+    if alpha != 1:
+        y = alpha * y + (1 - alpha) * input.to(cdt)
+    return y.to(input.dtype)

@@ -29,6 +29,12 @@ Usage::
         caption="The highlighted cells share one mean and one variance.",
     )
 
+Every frame has a text alternative, for screen readers (WCAG 2.1, 1.1.1): ``alt=`` (a
+function of the same values as ``render``) says in one sentence what the frame shows;
+without it the frame's own words are used (an SVG's ``<title>``, a figure's titles and axis
+labels) with the control settings. On the book's site, ``assets/static/normcore-a11y.js``
+names each control by its visible label and moves toggle buttons with the arrow keys.
+
 The page-weight budget of the book is 3 MB per page, and every frame ships with the page,
 so :func:`static_widget` refuses grids that are too large (``max_frames``) or whose frames
 add up to too many bytes (``max_bytes``) with a :class:`WidgetBudgetError` that says by
@@ -37,10 +43,13 @@ how much.
 
 from __future__ import annotations
 
+import base64
+import html
 import io
 import itertools
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -180,12 +189,15 @@ def figure_to_png(fig: Any, dpi: int = 80, *, colors: int | None = 256) -> bytes
     The PNG carries no timestamp or software tag, so the same figure always gives the same
     bytes. With ``colors`` (default 256) the image is quantized to an adaptive palette,
     which typically makes plots 2-4x smaller with no visible change; ``None`` keeps RGBA.
+    The PNG's ``Description`` text is the figure's own words (:func:`figure_description`),
+    which :func:`static_widget` uses as the frame's text alternative.
     """
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+        description = figure_description(fig) or None
+        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None, "Description": description})
     finally:
         plt.close(fig)
     data = buf.getvalue()
@@ -195,7 +207,13 @@ def figure_to_png(fig: Any, dpi: int = 80, *, colors: int | None = 256) -> bytes
         img = Image.open(io.BytesIO(data)).convert("RGB")
         pal = img.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
         out = io.BytesIO()
-        pal.save(out, format="png", optimize=True)
+        info = None
+        if description:
+            from PIL.PngImagePlugin import PngInfo
+
+            info = PngInfo()
+            info.add_itxt("Description", description)
+        pal.save(out, format="png", optimize=True, pnginfo=info)
         if out.tell() < len(data):
             data = out.getvalue()
     return data
@@ -244,6 +262,77 @@ def _frame(obj: Any, key: tuple, dpi: int, hidpi: bool = True,
     )
 
 
+# --- text alternatives (WCAG 2.1 1.1.1) -------------------------------------------------------
+
+_SVG_OPEN = re.compile(r"<svg\b[^>]*>", re.S)
+_SVG_TITLE = re.compile(r"<svg\b[^>]*>\s*(?:<[^>]*>\s*)*?<title>(.*?)</title>", re.S)
+
+
+def figure_description(fig: Any) -> str:
+    """A figure described by its own words: the suptitle, then each panel's title with its
+    axis labels, TeX markup dropped. Empty if the figure has no text."""
+
+    def plain(s: str) -> str:
+        s = re.sub(r"\\([A-Za-z]+)", r"\1", s.replace("$", "").replace("{", "").replace("}", ""))
+        return " ".join(s.split())
+
+    parts = []
+    sup = getattr(fig, "_suptitle", None)
+    if sup is not None and sup.get_text().strip():
+        parts.append(plain(sup.get_text()))
+    for ax in fig.get_axes():
+        title = plain(" ".join(t for t in (ax.get_title("left"), ax.get_title(), ax.get_title("right")) if t))
+        x, y = plain(ax.get_xlabel()), plain(ax.get_ylabel())
+        plot = (f"plot of {y}" if y else "plot") + (f" over {x}" if x else "") if (x or y) else ""
+        if title and plot:
+            parts.append(f"{title} ({plot})")
+        elif title or plot:
+            parts.append(title or plot)
+    return "; ".join(p for p in parts if p)
+
+
+def png_description(data: bytes) -> str:
+    """The ``Description`` (or ``Title``) text chunk of a PNG, or ``""``."""
+    from PIL import Image
+
+    text = getattr(Image.open(io.BytesIO(data)), "text", {}) or {}
+    return " ".join(str(text.get("Description") or text.get("Title") or "").split())
+
+
+def _with_text_alternative(w: ipywidgets.Widget, fmt: str, alt: str | None,
+                           settings: str) -> tuple[ipywidgets.Widget, int]:
+    """Give a frame its text alternative; return (frame, embedded bytes).
+
+    An SVG frame becomes ``<svg role="img">`` named by ``alt`` (as ``aria-label``) or by its
+    own ``<title>``. A PNG frame becomes an ``<img alt=...>`` inside an ``ipywidgets.HTML``
+    (``ipywidgets.Image`` renders an ``<img>`` with no way to give it alt text)."""
+    if alt is not None and not (isinstance(alt, str) and alt.strip()):
+        raise TypeError(f"alt(...) must return a non-empty str, got {alt!r}")
+    if fmt == "svg":
+        text = w.value
+        tag = _SVG_OPEN.search(text).group(0)
+        title = _SVG_TITLE.match(text)
+        named = "aria-label=" in tag or (title is not None and title.group(1).strip())
+        attrs = "" if re.search(r"\brole=", tag) else ' role="img"'
+        if alt is not None:
+            tag = re.sub(r'\saria-label="[^"]*"', "", tag)
+            attrs += f' aria-label="{html.escape(alt.strip(), quote=True)}"'
+        elif not named:
+            attrs += f' aria-label="{html.escape("Picture for " + settings, quote=True)}"'
+        text = tag[:4] + attrs + tag[4:] + text[len(tag):] if attrs else text
+        w.value = text
+        return w, len(text.encode("utf-8"))
+    data = bytes(w.value)
+    if alt is None:
+        own = png_description(data)
+        alt = f"{own}. Shown for {settings}." if own else f"Picture for {settings}."
+    style = "max-width:100%;height:auto" + (f";width:{w.layout.width}" if w.layout.width else "")
+    value = (f'<img src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}" '
+             f'alt="{html.escape(alt.strip(), quote=True)}" style="{style}">')
+    w.close()
+    return ipywidgets.HTML(value=value), len(value.encode("utf-8"))
+
+
 class StaticWidget(ipywidgets.VBox):
     """The widget :func:`static_widget` returns: controls, nested frame Stacks, caption.
 
@@ -252,7 +341,8 @@ class StaticWidget(ipywidgets.VBox):
     ``controls``  dict name -> selection widget, in grid order
     ``stacks``    list, one entry per control, of the Stacks at that nesting level
     ``links``     the :func:`ipywidgets.jslink` objects, (control.index -> stack.selected_index)
-    ``frames``    dict index tuple -> frame widget (``ipywidgets.HTML`` or ``ipywidgets.Image``)
+    ``frames``    dict index tuple -> frame widget (``ipywidgets.HTML``: an ``<svg role="img">``
+                  or an ``<img alt=...>``, each with its text alternative)
     ``nbytes``    embedded size of all frames in bytes (PNG counted base64-encoded)
     ``formats``   set of frame formats used ("svg", "png")
     """
@@ -279,6 +369,7 @@ def static_widget(
     controls: Mapping[str, Sequence[Any] | Control],
     caption: str | None = None,
     *,
+    alt: Callable[..., str] | None = None,
     max_frames: int = DEFAULT_MAX_FRAMES,
     max_bytes: int = DEFAULT_MAX_BYTES,
     dpi: int = 80,
@@ -302,6 +393,13 @@ def static_widget(
         pass ``None`` only for widgets whose surrounding text already says it. Math in the
         caption is typeset by MathJax: write it as ``\\(\\gamma\\)`` (``$`` is not a math
         delimiter outside the notebook's markdown cells).
+    alt:
+        The text alternative of each frame (what a screen reader says, what shows when
+        images are off): called like ``render``, with the values, it returns one plain
+        sentence saying what that frame shows. Without it a frame's text alternative is its
+        own description -- an SVG's ``<title>``, a PNG's ``Description`` text (which
+        :func:`figure_to_png` writes from a figure's titles and axis labels) -- followed by
+        the control settings that select the frame.
     max_frames, max_bytes:
         Page-weight guard; see :data:`DEFAULT_MAX_FRAMES`, :data:`DEFAULT_MAX_BYTES`.
     dpi:
@@ -348,6 +446,8 @@ def static_widget(
     for key in itertools.product(*(range(s) for s in sizes)):
         kwargs = {n: specs[n].items[i] for n, i in zip(names, key)}
         w, nbytes, fmt = _frame(render(**kwargs), key, dpi, hidpi, colors)
+        settings = "; ".join(f"{specs[n].description or n}: {specs[n].labels[i]}" for n, i in zip(names, key))
+        w, nbytes = _with_text_alternative(w, fmt, alt(**kwargs) if alt is not None else None, settings)
         w.add_class("normcore-frame")
         total += nbytes
         if total > max_bytes:

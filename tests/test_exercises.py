@@ -522,11 +522,16 @@ DIAGNOSES = [
     ("fold_bn", fold_without_eps, {}, ("no_eps",), ["left eps out", "set D"]),
     ("chan_merge", chan_plain_mean, {}, ("chan_mean_unweighted",), ["(mean_a + mean_b) / 2"]),
     ("chan_merge", chan_just_add, {}, ("chan_no_delta_term",), ["m2_a + m2_b"]),
-    ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["n ** 2"]),
+    ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["count ** 2"]),
 ]
 # the LayerNorm / RMSNorm chapter's ops (normcore/exercises/layer.py)
 from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402
 DIAGNOSES += LAYER_DIAGNOSES
+
+# --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py
+from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
+
+DIAGNOSES += ADAIN_DIAGNOSES
 
 
 def _id(case):
@@ -580,7 +585,7 @@ CORRECT = [
     ("fold_bn", fold_correct, {}),
     ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
     ("chan_merge", chan_correct, {}),
-]
+] + ADAIN_CORRECT
 
 
 @pytest.mark.parametrize("op", list(ex.OPS))

@@ -1,7 +1,7 @@
 """normcore.viz.cube: the shaded cells of the SVG are exactly the sets of normcore.axes.
 
 The SVG is parsed as XML. Each element of S_i is a <path> with data-c/data-s inside a
-<g data-n> (class "s", or "i" for the element itself); the top and right faces of the slabs
+<g data-n> (class "in-set", or "element" for the element itself); the top and right faces of the slabs
 repeat the shading of the elements (n, c, 0) and (n, C-1, s). The expected sets come from
 normcore.axes.stat_groups directly, and independently from torch's own normalizations.
 """
@@ -41,16 +41,16 @@ def parse(svg: str):
         C = None
         for p in g.iter(f"{SVG}path"):
             cls = set(p.get("class", "").split())
-            state = cls & {"s", "i"}
+            state = cls & {"in-set", "element"}
             if not state:
                 continue
             assert len(state) == 1, p.attrib
             state = state.pop()
-            if "t" in cls:                       # top face of the element (n, c, 0)
+            if "top" in cls:                     # top face of the element (n, c, 0)
                 key = (n, int(p.get("data-c")), 0)
                 assert key not in top
                 top[key] = state
-            elif "r" in cls:                     # right face of the element (n, C-1, s)
+            elif "side" in cls:                  # right face of the element (n, C-1, s)
                 key = (n, None, int(p.get("data-s")))
                 assert key not in right
                 right[key] = state
@@ -67,7 +67,7 @@ def expected(norm, G, element, shape=SHAPE):
     labels = axes.stat_groups(norm, shape, G).reshape(N, C, -1)
     n, c, s = element
     members = (labels == labels[n, c, s]).nonzero().tolist()
-    return {tuple(k): ("i" if tuple(k) == tuple(element) else "s") for k in members}
+    return {tuple(k): ("element" if tuple(k) == tuple(element) else "in-set") for k in members}
 
 
 @pytest.mark.parametrize("norm, G", CASES)
@@ -79,7 +79,7 @@ def test_shaded_cells_are_the_set_of_stat_groups(norm, G):
         root, front, top, right = parse(svg)
         want = expected(norm, G, element)
         assert front == want, (norm, G, element)
-        assert list(front.values()).count("i") == 1
+        assert list(front.values()).count("element") == 1
         # the slabs' top and right faces show the same elements, seen from above / the side
         assert top == {k: v for k, v in want.items() if k[2] == 0}
         assert right == {(n, None, s): v for (n, c, s), v in want.items() if c == C - 1}

@@ -5,9 +5,12 @@ tested in tests/test_site.py."""
 
 from __future__ import annotations
 
+import base64
+import html
 import itertools
 import json
 import math
+import re
 
 import ipywidgets
 import matplotlib
@@ -60,6 +63,20 @@ def propagate_links(w: StaticWidget) -> None:
 
 def frame_payload(frame: ipywidgets.Widget):
     return bytes(frame.value) if isinstance(frame.value, memoryview) else frame.value
+
+
+_IMG = re.compile(r'^<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="([^"]+)"')
+
+
+def frame_png(frame: ipywidgets.Widget) -> bytes:
+    """The PNG bytes of a PNG frame (an <img> with a data: URL in an HTML widget)."""
+    m = _IMG.match(frame.value)
+    assert m, frame.value[:80]
+    return base64.b64decode(m.group(1))
+
+
+def frame_alt(frame: ipywidgets.Widget) -> str:
+    return html.unescape(_IMG.match(frame.value).group(2))
 
 
 @pytest.fixture(autouse=True)
@@ -205,12 +222,14 @@ def test_figures_become_png_images_and_are_closed():
     w = static_widget(fig_render, {"slope": [0.5, 1.0, 2.0]})
     assert set(plt.get_fignums()) == before  # every rendered figure was closed
     frames = list(w.frames.values())
-    assert all(isinstance(f, ipywidgets.Image) and f.format == "png" for f in frames)
-    assert all(bytes(f.value).startswith(b"\x89PNG\r\n\x1a\n") for f in frames)
-    assert len({bytes(f.value) for f in frames}) == 3
+    # an <img> with alt text (ipywidgets.Image cannot carry alt text), the PNG as a data: URL
+    assert all(isinstance(f, ipywidgets.HTML) for f in frames)
+    assert all(frame_png(f).startswith(b"\x89PNG\r\n\x1a\n") for f in frames)
+    assert len({frame_png(f) for f in frames}) == 3
     assert w.formats == {"png"}
-    # PNG frames count base64-encoded (as embedded in the page)
-    assert w.nbytes == sum(4 * math.ceil(len(f.value) / 3) for f in frames)
+    # frames count as embedded in the page (the PNG base64-encoded)
+    assert w.nbytes == sum(len(f.value.encode("utf-8")) for f in frames)
+    assert w.nbytes > sum(4 * math.ceil(len(frame_png(f)) / 3) for f in frames)
 
 
 def test_figure_to_png_is_deterministic_and_small():
@@ -224,7 +243,7 @@ def test_figure_to_png_is_deterministic_and_small():
 def test_png_bytes_pass_through():
     png = figure_to_png(fig_render(1.0))
     w = static_widget(lambda v: png if v else figure_to_png(fig_render(2.0)), {"v": [True, False]})
-    assert bytes(w.frames[(0,)].value) == png
+    assert frame_png(w.frames[(0,)]) == png
 
 
 def test_bad_render_results():
@@ -304,3 +323,51 @@ def test_embedded_state_holds_frames_and_links():
     assert all("<svg" in by_id[i]["state"]["value"] for i in frame_ids)
     assert data["view_specs"][0]["model_id"] == w.model_id
     json.dumps(data)  # serializable as the page embeds it
+
+
+# --- text alternatives ------------------------------------------------------------------
+
+
+def titled_fig(slope):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, slope])
+    ax.set_title(r"line of slope $\gamma$")
+    ax.set_xlabel("step $t$")
+    return fig
+
+
+def test_png_frames_say_what_they_show():
+    """A figure's own words (its titles and axis labels, via the PNG's Description text) and
+    the control settings that select the frame become the <img>'s alt text."""
+    w = static_widget(titled_fig, {"slope": Control([0.5, 2.0], description="slope s")})
+    assert frame_alt(w.frames[(0,)]) == "line of slope gamma (plot over step t). Shown for slope s: 0.5."
+    assert frame_alt(w.frames[(1,)]).endswith("Shown for slope s: 2.")
+    # a figure with no words: the settings alone
+    w = static_widget(lambda slope, mode: fig_render(slope), {"slope": [0.5, 2.0], "mode": ["a", "b"]})
+    assert frame_alt(w.frames[(1, 0)]) == "Picture for slope: 2; mode: a."
+
+
+def test_alt_argument_names_every_frame():
+    w = static_widget(fig_render, {"slope": [0.5, 2.0]}, alt=lambda slope: f"A line rising {slope} per unit.")
+    assert [frame_alt(f) for f in w.frames.values()] == ["A line rising 0.5 per unit.", "A line rising 2.0 per unit."]
+    w = static_widget(svg_render, {"a": [1, 2]}, alt=lambda a: f"Frame {a} <of 2>")
+    assert '<svg role="img" aria-label="Frame 2 &lt;of 2&gt;"' in w.frames[(1,)].value
+    with pytest.raises(TypeError, match="non-empty str"):
+        static_widget(svg_render, {"a": [1]}, alt=lambda a: "  ")
+
+
+def test_svg_frames_are_images_named_by_their_title():
+    titled = ('<svg xmlns="http://www.w3.org/2000/svg" role="img" width="9" height="9">'
+              "<title>{a} things</title></svg>")
+    w = static_widget(lambda a: titled.format(a=a), {"a": [1, 2]})
+    assert w.frames[(1,)].value == titled.format(a=2)  # already named: unchanged
+    w = static_widget(svg_render, {"a": [1, 2], "b": ["x"]})
+    assert w.frames[(1, 0)].value.startswith('<svg role="img" aria-label="Picture for a: 2; b: x"')
+
+
+def test_figure_to_png_keeps_the_figure_words():
+    from normcore.widgets import png_description
+
+    for colors in (256, None):
+        assert png_description(figure_to_png(titled_fig(1.0), colors=colors)) == "line of slope gamma (plot over step t)"
+    assert png_description(figure_to_png(fig_render(1.0))) == ""

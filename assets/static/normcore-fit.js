@@ -7,8 +7,11 @@
   "use strict";
   var NARROW = 768; // px of viewport below which equations may be scaled
 
+  var wasNarrow = false;
   function fit() {
     var narrow = window.innerWidth < NARROW;
+    if (!narrow && !wasNarrow) return;
+    wasNarrow = narrow;
     var eqs = document.querySelectorAll('mjx-container[display="true"]');
     for (var i = 0; i < eqs.length; i++) {
       var eq = eqs[i];
@@ -52,10 +55,27 @@
     var ready = mj && mj.startup && mj.startup.promise ? mj.startup.promise : Promise.resolve();
     ready.then(fit);
     var timer = null;
-    window.addEventListener("resize", function () {
+    function later() {
       clearTimeout(timer);
-      timer = setTimeout(fit, 100);
-    });
+      timer = setTimeout(fit, 60);
+    }
+    window.addEventListener("resize", later);
+    // MathJax typesets lazily, as formulas scroll into view: fit those as they appear
+    if (window.MutationObserver) {
+      new MutationObserver(function (records) {
+        if (window.innerWidth >= NARROW) return;
+        for (var i = 0; i < records.length; i++) {
+          var added = records[i].addedNodes;
+          for (var j = 0; j < added.length; j++) {
+            var n = added[j];
+            if (n.nodeType === 1 && (n.tagName === "MJX-MATH" || n.querySelector && n.querySelector("mjx-math"))) {
+              later();
+              return;
+            }
+          }
+        }
+      }).observe(document.body, { childList: true, subtree: true });
+    }
   }
 
   if (document.readyState === "loading") {

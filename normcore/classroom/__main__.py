@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -29,7 +30,20 @@ def main(argv=None) -> int:
     gr.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                     help="grade N submissions at a time (default 1)")
     gr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ns = sub.add_parser("nosolutions", help="copy the book without its solutions (for a site "
+                                            "to hand a class; make book-nosolutions builds it)")
+    ns.add_argument("book", metavar="BOOK_DIR", help="the book's root (with _config.yml)")
+    ns.add_argument("-o", "--out", required=True, metavar="DIR")
     args = parser.parse_args(argv)
+
+    if args.command == "nosolutions":
+        from .nosolutions import copy_without_solutions
+        try:
+            print(f"book without solutions: {copy_without_solutions(args.book, args.out)}")
+        except (ValueError, OSError) as e:
+            print(f"{args.book}: {e}", file=sys.stderr)
+            return 1
+        return 0
 
     if args.command == "student":
         from .student import write_student
@@ -43,8 +57,17 @@ def main(argv=None) -> int:
         return 0
 
     from .grade import grade, summary, write_csv
-    rows = grade(args.submissions, args.cell_timeout, args.timeout, args.memory,
-                 progress=False if args.no_progress else None, jobs=args.jobs)
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt  # so that grade() stops its children and their kernels
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        rows = grade(args.submissions, args.cell_timeout, args.timeout, args.memory,
+                     progress=False if args.no_progress else None, jobs=args.jobs)
+    except KeyboardInterrupt:
+        print("grading interrupted (its processes are stopped); no grades written",
+              file=sys.stderr)
+        return 130
     write_csv(rows, args.out)
     print(summary(rows))
     print(f"grades: {Path(args.out)} ({len(rows)} rows)")

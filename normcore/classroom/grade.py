@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -92,6 +93,33 @@ def _kill_group(pid: int | None) -> None:
             pass
 
 
+def _read_results(path: Path) -> list[dict]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _kernel_pid(entries: list[dict]) -> int | None:
+    return next((e.get("pid") for e in entries if e.get("event") == "kernel"), None)
+
+
+#: The children running now (pid -> results file), so that an interrupted grader can stop
+#: them and their kernels, which run in sessions of their own.
+_RUNNING: dict[int, Path] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Kill every running child and its kernel (the grader was interrupted)."""
+    with _RUNNING_LOCK:
+        running = dict(_RUNNING)
+    for pid, results in running.items():
+        _kill_group(pid)
+        _kill_group(_kernel_pid(_read_results(results)))
+
+
 def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: int) -> dict:
     """Execute the prepared ``nb`` in a child process; what it recorded, by kind."""
     prepared, results = workdir / "prepared.ipynb", workdir / "results.jsonl"
@@ -101,6 +129,8 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
            "--cell-timeout", str(cell_timeout), "--memory", str(memory)]
     child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              start_new_session=True)
+    with _RUNNING_LOCK:
+        _RUNNING[child.pid] = results
     timed_out = False
     try:
         _, stderr = child.communicate(timeout=timeout)
@@ -108,9 +138,18 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
         timed_out = True
         _kill_group(child.pid)
         _, stderr = child.communicate()
-    entries = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    kernel = next((e.get("pid") for e in entries if e.get("event") == "kernel"), None)
-    _kill_group(kernel)  # the kernel has a session of its own: make sure it is gone
+    except BaseException:  # interrupted: stop the child and its kernel, then give up
+        _kill_group(child.pid)
+        _kill_group(_kernel_pid(_read_results(results)))
+        raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.pop(child.pid, None)
+    entries = _read_results(results)
+    kernel = _kernel_pid(entries)
+    finished = bool(entries) and entries[-1].get("event") == "done"
+    if not finished:
+        _kill_group(kernel)  # the kernel has a session of its own: make sure it is gone
     out = {"labels": {}, "cells": {}, "timed_out": timed_out, "dead": None, "kernel": kernel,
            "stderr": stderr.decode(errors="replace")[-2000:]}
     for e in entries:
@@ -120,16 +159,23 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
             out["cells"][e["index"]] = e
         elif e.get("event") in ("dead kernel", "runner error"):
             out["dead"] = e.get("detail", e["event"])
-    if not entries or entries[-1].get("event") != "done":
+    if not finished:
         out["dead"] = out["dead"] or (None if timed_out else "the grading process failed")
     return out
 
 
 def _student_names(paths: list[Path]) -> list[str]:
-    """Each submission's path relative to the folder they share, without ``.ipynb``."""
+    """Each submission's path relative to the folder they share, without ``.ipynb``; when
+    every submission has the same file name (``alice/02_batch_norm.ipynb``, ...), the
+    folder names alone."""
     resolved = [p.resolve() for p in paths]
-    common = Path(os.path.commonpath([str(p.parent) for p in resolved])) if resolved else None
-    return [str(p.relative_to(common).with_suffix("")) for p in resolved]
+    if not resolved:
+        return []
+    common = Path(os.path.commonpath([str(p.parent) for p in resolved]))
+    relative = [p.relative_to(common) for p in resolved]
+    if len({r.name for r in relative}) == 1 and all(len(r.parts) > 1 for r in relative):
+        return [str(r.parent) for r in relative]
+    return [str(r.with_suffix("")) for r in relative]
 
 
 def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096) -> list[Row]:
@@ -234,10 +280,17 @@ def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
             print(f"graded {done}/{len(items)}: {item[0]}", file=sys.stderr)
         return rows
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         results = list(pool.map(one, items))
-    if bar is not None:
-        bar.close()
+    except BaseException:  # Ctrl-C or SIGTERM: stop the children first, then the threads
+        stop_all()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
+        if bar is not None:
+            bar.close()
     return [row for rows in results for row in rows]
 
 
@@ -247,6 +300,10 @@ def write_csv(rows: list[Row], path) -> None:
         writer.writerow([fl.name for fl in fields(Row)])
         for row in rows:
             writer.writerow(list(asdict(row).values()))
+
+
+def _points(n: int) -> str:
+    return f"{n} point" + ("" if n == 1 else "s")
 
 
 def summary(rows: list[Row]) -> str:
@@ -265,10 +322,10 @@ def summary(rows: list[Row]) -> str:
         n = len(these)
         head = these[0]
         if head.status == "manual":
-            lines.append(f"{label} ({head.points} points): graded by hand")
+            lines.append(f"{label} ({_points(head.points)}): graded by hand")
             continue
         passed = sum(r.status == "passed" for r in these)
-        lines.append(f"{label} ({head.op}, {head.points} points): {passed} of {n} passed")
+        lines.append(f"{label} ({head.op}, {_points(head.points)}): {passed} of {n} passed")
         counts: dict[str, int] = {}
         for r in these:
             if r.status == "passed":

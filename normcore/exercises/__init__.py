@@ -17,7 +17,8 @@ would do it, and tells the student *which* mistake their numbers show::
     Why it is wrong: BatchNorm normalizes with the biased variance, the plain mean of the
       squared deviations (divide by n): it describes the values being normalized. The
       unbiased (n - 1) variance only goes into running_var, as an estimate for eval mode.
-      The difference is largest for small sets: for n = 4 the std differs by 15%.
+      The difference is largest for small sets: for n = 4 the unbiased std is 15% larger
+      (sqrt(4/3)), so the output is 13% too small (sqrt(3/4)).
     What to change: Use `x.var(dim=..., unbiased=False)` (or `correction=0`), or
       `((x - mean) ** 2).mean(dim=...)`.
     Largest error: 0.309 in set A (x of shape (4, 3), float64), at sample 3, channel 2.
@@ -67,6 +68,11 @@ op                        the student writes
 ``weight_standardize``    ``f(w, eps) -> w_hat`` for a conv weight ``(C_out, C_in, kH, kW)``;
                           option ``convention=`` ``"original"`` (default), ``"bit"`` or
                           ``"timm"`` (:data:`normcore.functional.WS_CONVENTIONS`)
+``fold_bn``               ``f(weight, bias, gamma, beta, running_mean, running_var, eps) ->
+                          (weight, bias)``: a ``Linear``/``ConvNd`` with an eval-mode
+                          BatchNorm folded in (:func:`normcore.fold.fold_bn`)
+``chan_merge``            ``f(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)``:
+                          Chan's merge of two parts (:func:`normcore.stats.chan_merge`)
 ========================  =============================================================
 
 Options of :func:`check`: ``seed`` (default 0) changes the inputs; ``ndims`` restricts the
@@ -94,8 +100,9 @@ module                      what it holds
 :mod:`.forward`             ops ``batch_norm``, ``layer_norm``, ``instance_norm``,
                             ``group_norm``
 :mod:`.ws`                  op ``weight_standardize``
-:mod:`.running`             op ``running_update``
+:mod:`.running`             ops ``running_update``, ``fold_bn``, ``chan_merge``
 :mod:`.backward`            op ``batch_norm_backward``
+:mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
@@ -129,7 +136,7 @@ from .report import Report
 
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
-FAMILIES = ("forward", "ws", "running", "backward", "layer")
+FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family

@@ -247,7 +247,8 @@ class NormOp(Op):
             f"{ctx['norm']} normalizes with the biased variance, the plain mean of the squared "
             f"deviations (divide by n): it describes the values being normalized. The unbiased "
             f"(n - 1) variance only goes into running_var, as an estimate for eval mode. The "
-            f"difference is largest for small sets: for n = 4 the std differs by 15%.")
+            f"difference is largest for small sets: for n = 4 the unbiased std is 15% larger "
+            f"(sqrt(4/3)), so the output is 13% too small (sqrt(3/4)).")
         near = next(c for c in cases if c.kind == "nearzero")
         big = next(c for c in cases if c.kind == "largemean")
         ctx["eps_case"], ctx["eps_value"], ctx["eps_where"] = near.name, number(near.eps), ""

@@ -16,9 +16,19 @@ def catalogue(op: str | None = None) -> list[Misconception]:
     return [m for m in CATALOGUE.values() if op is None or op in m.ops]
 
 
-def catalogue_table(op: str | None = None) -> str:
-    """A compact plain-text table of the catalogue: key, ops, description."""
+def catalogue_table(op: str | None = None, markdown: bool = False) -> str:
+    """A compact plain-text table of the catalogue: key, ops, description.
+
+    ``markdown=True``: a Markdown table (GitHub's syntax) with the plain-words names too,
+    for a page to render (the classroom chapter shows it).
+    """
     abbr = {name: impl.abbr for name, impl in REGISTRY.items()}
+    if markdown:
+        rows = ["| mistake | ops | what it is |", "|---|---|---|"]
+        rows += [f"| `{m.key}`: {_md(m.title)} | {_md(' '.join(abbr[o] for o in m.ops))} | "
+                 f"{_md(m.description)} |" for m in catalogue(op)]
+        legend = ", ".join(f"{_md(v)} = `{k}`" for k, v in abbr.items())
+        return "\n".join(rows) + f"\n\nops: {legend}"
     rows = [(m.key, " ".join(abbr[o] for o in m.ops), m.description) for m in catalogue(op)]
     kw = max(len(r[0]) for r in rows)
     ow = max(max(len(r[1]) for r in rows), 3)
@@ -30,6 +40,13 @@ def catalogue_table(op: str | None = None) -> str:
         lines += [f"{'':<{kw}}  {'':<{ow}}  {w}" for w in wrapped[1:]]
     legend = ", ".join(f"{v} = {k}" for k, v in abbr.items())
     return "\n".join(lines) + "\n" + wrap(f"ops: {legend}")
+
+
+def _md(text: str) -> str:
+    """``text`` with Markdown's special characters escaped (a table cell of plain text)."""
+    for ch in "\\`*_[]<>#|$~":
+        text = text.replace(ch, "\\" + ch)
+    return text
 
 
 def print_catalogue(op: str | None = None) -> None:

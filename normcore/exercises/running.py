@@ -277,24 +277,25 @@ add(Misconception(
     "merged mean (mean_a + mean_b) / 2 instead of weighting each part by its count",
     "You averaged the two means as `(mean_a + mean_b) / 2`.",
     "The two parts hold count_a and count_b values; the mean of their union weights each "
-    "part's mean by its count: `mean_a + delta * count_b / n` with `delta = mean_b - mean_a` "
-    "and `n = count_a + count_b`. The plain average is right only when the counts are equal.",
+    "part's mean by its count: `mean_a + delta * count_b / count` with "
+    "`delta = mean_b - mean_a` and `count = count_a + count_b` (K = K_a + K_b in the "
+    "chapter). The plain average is right only when the counts are equal.",
     "`mean = mean_a + (mean_b - mean_a) * count_b / (count_a + count_b)`."))
 add(Misconception(
     "chan_no_delta_term", "M2 of the union without the term of the means",
-    "merged M2 = M2_a + M2_b: the delta^2 count_a count_b / n term is missing",
+    "merged M2 = M2_a + M2_b: the delta^2 count_a count_b / count term is missing",
     "Your merged M2 is `m2_a + m2_b`.",
     "Each part's M2 sums the squared deviations from its own mean; the union's are from the "
-    "merged mean, and the gap between the two means adds `delta^2 * count_a * count_b / n`. "
+    "merged mean, and the gap between the two means adds `delta^2 * count_a * count_b / count`. "
     "Without it the variance of two parts with different means comes out too small.",
-    "`m2 = m2_a + m2_b + delta ** 2 * count_a * count_b / n`."))
+    "`m2 = m2_a + m2_b + delta ** 2 * count_a * count_b / count`."))
 add(Misconception(
-    "chan_delta_weight", "the term of the means weighted by 1/n^2",
-    "delta^2 count_a count_b / n^2 instead of / n",
-    "You weighted the term of the means by `count_a * count_b / n ** 2`.",
-    "That is the term for the variance (divided by n), but M2 is a sum of squared deviations, "
-    "not a mean: the term is `delta^2 * count_a * count_b / n`.",
-    "`m2 = m2_a + m2_b + delta ** 2 * count_a * count_b / n`."))
+    "chan_delta_weight", "the term of the means divided by the count squared",
+    "delta^2 count_a count_b / count^2 instead of / count",
+    "You weighted the term of the means by `count_a * count_b / count ** 2`.",
+    "That is the term for the variance (divided by count), but M2 is a sum of squared deviations, "
+    "not a mean: the term is `delta^2 * count_a * count_b / count`.",
+    "`m2 = m2_a + m2_b + delta ** 2 * count_a * count_b / count`."))
 
 
 class ChanMergeOp(Op):

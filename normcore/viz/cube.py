@@ -80,16 +80,16 @@ _CSS = (
     # a white halo under every label, so the dashed N-axis edges never cross a glyph
     ".nc-cube text{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}"
     ".nc-cube path{fill:#f1f3f5;stroke:#a3abb3;stroke-width:.7}"
-    ".nc-cube .t{fill:#e0e4e8}.nc-cube .r{fill:#cfd5db}"
-    ".nc-cube .s{fill:#86b4ea;stroke:#123f80;stroke-width:1.1}"
-    ".nc-cube .t.s{fill:#6a9edc}.nc-cube .r.s{fill:#5088c8}"
-    ".nc-cube .i{fill:#0d3b82;stroke:#000;stroke-width:1.8}"
-    ".nc-cube .t.i{fill:#0a2f68}.nc-cube .r.i{fill:#082655}"
-    ".nc-cube .w{stroke:#8a949e;stroke-dasharray:3 3;fill:none}"
-    ".nc-cube .k{fill:#fff;stroke:none;font-weight:bold}"
-    ".nc-cube .m{text-anchor:middle}.nc-cube .e{text-anchor:end}"
-    ".nc-cube .h{font-weight:bold;font-size:13.5px}.nc-cube .q{fill:#555}"
-    ".nc-cube .b{font-size:9px}.nc-cube .z{font-size:10px;fill:#555}"
+    ".nc-cube .top{fill:#e0e4e8}.nc-cube .side{fill:#cfd5db}"
+    ".nc-cube .in-set{fill:#86b4ea;stroke:#123f80;stroke-width:1.1}"
+    ".nc-cube .top.in-set{fill:#6a9edc}.nc-cube .side.in-set{fill:#5088c8}"
+    ".nc-cube .element{fill:#0d3b82;stroke:#000;stroke-width:1.8}"
+    ".nc-cube .top.element{fill:#0a2f68}.nc-cube .side.element{fill:#082655}"
+    ".nc-cube .axis{stroke:#8a949e;stroke-dasharray:3 3;fill:none}"
+    ".nc-cube .on-dark{fill:#fff;stroke:none;font-weight:bold}"
+    ".nc-cube .mid{text-anchor:middle}.nc-cube .end{text-anchor:end}"
+    ".nc-cube .title{font-weight:bold;font-size:13.5px}.nc-cube .note{fill:#555}"
+    ".nc-cube .sub{font-size:9px}.nc-cube .small{font-size:10px;fill:#555}"
 )
 
 
@@ -244,14 +244,14 @@ def _esc(text: str) -> str:
 # ------------------------------------------------------------------------------------------
 # drawing
 # ------------------------------------------------------------------------------------------
-def _cube_geometry(N: int, C: int, S: int):
+def _cube_geometry(S: int):
     dy = S * _U - _TY + _GAP                  # vertical offset between slabs
     dx = round(dy * _SLANT)                   # horizontal offset: the oblique N axis
     return dx, dy
 
 
 def _cube_size(N: int, C: int, S: int, left: int = 34, bottom: int = 34) -> tuple[int, int]:
-    dx, dy = _cube_geometry(N, C, S)
+    dx, dy = _cube_geometry(S)
     width = left + (N - 1) * dx + C * _U + _TX + 40      # 40: the "n = k" labels
     height = (N - 1) * dy + S * _U - _TY + bottom
     return width, height
@@ -263,26 +263,26 @@ def _cube(labels: torch.Tensor, element: tuple[int, int, int], ox: int, oy: int,
     N, C, S = labels.shape
     n0, c0, s0 = element
     mask = labels == labels[n0, c0, s0]
-    dx, dy = _cube_geometry(N, C, S)
+    dx, dy = _cube_geometry(S)
     X0 = ox + left                            # front face of slab 0, top-left corner
     Y0 = oy - _TY + (N - 1) * dy
     W, H = C * _U, S * _U
 
     def state(n: int, c: int, s: int) -> str:
         if (n, c, s) == element:
-            return "i"
-        return "s" if mask[n, c, s] else ""
+            return "element"
+        return "in-set" if mask[n, c, s] else ""
 
     out = []
     # the N axis: dashed edges of the un-exploded cube, from slab 0 to slab N-1
     if N > 1:
         bx, by = (N - 1) * dx + _TX, -(N - 1) * dy + _TY
         d = "".join(f"M{X0 + x} {Y0 + y}l{bx} {by}" for x, y in ((0, 0), (W, 0), (W, H), (0, H)))
-        out.append(f'<path class="w" d="{d}"/>')
+        out.append(f'<path class="axis" d="{d}"/>')
         # axis label, along the dashed edge through the slabs' top-left corners
         ang = math.degrees(math.atan2(by, bx))
         lx, ly = X0 + bx / 2 - 9, Y0 + by / 2 - 4
-        out.append(f'<text class="m" transform="translate({lx:.0f} {ly:.0f}) rotate({ang:.0f})">'
+        out.append(f'<text class="mid" transform="translate({lx:.0f} {ly:.0f}) rotate({ang:.0f})">'
                    f'N (samples) \u2192</text>')
     for n in reversed(range(N)):                      # back to front
         x0, y0 = X0 + n * dx, Y0 - n * dy
@@ -293,15 +293,15 @@ def _cube(labels: torch.Tensor, element: tuple[int, int, int], ox: int, oy: int,
         # elements (n, C-1, s))
         top = "".join(f"M{c * _U} 0l{_TX} {_TY}" for c in range(1, C))
         right = "".join(f"M{W} {s * _U}l{_TX} {_TY}" for s in range(1, S))
-        out.append(f'<path class="t" d="M0 0l{_TX} {_TY}h{W}l{-_TX} {-_TY}z{top}"/>')
-        out.append(f'<path class="r" d="M{W} 0l{_TX} {_TY}v{H}l{-_TX} {-_TY}z{right}"/>')
+        out.append(f'<path class="top" d="M0 0l{_TX} {_TY}h{W}l{-_TX} {-_TY}z{top}"/>')
+        out.append(f'<path class="side" d="M{W} 0l{_TX} {_TY}v{H}l{-_TX} {-_TY}z{right}"/>')
         for c in range(C):
             if state(n, c, 0):
-                out.append(f'<path class="t {state(n, c, 0)}" data-c="{c}" '
+                out.append(f'<path class="top {state(n, c, 0)}" data-c="{c}" '
                            f'd="M{c * _U} 0l{_TX} {_TY}h{_U}l{-_TX} {-_TY}z"/>')
         for s in range(S):
             if state(n, C - 1, s):
-                out.append(f'<path class="r {state(n, C - 1, s)}" data-s="{s}" '
+                out.append(f'<path class="side {state(n, C - 1, s)}" data-s="{s}" '
                            f'd="M{W} {s * _U}l{_TX} {_TY}v{_U}l{-_TX} {-_TY}z"/>')
         # front face: drawn whole with its grid, then every element of S_i on it again,
         # shaded and tagged with its (n, c, s)
@@ -316,14 +316,14 @@ def _cube(labels: torch.Tensor, element: tuple[int, int, int], ox: int, oy: int,
         # at the bottom right, where the dashed edge through the slab corners is still left of it
         out.append(f'<text x="{W + _TX + 4}" y="{H}">n = {n}</text></g>')
     # the element itself: a white "i" on its (dark) front cell
-    out.append(f'<text class="m k" x="{X0 + n0 * dx + c0 * _U + _U // 2 + 1}" '
+    out.append(f'<text class="mid on-dark" x="{X0 + n0 * dx + c0 * _U + _U // 2 + 1}" '
                f'y="{Y0 - n0 * dy + s0 * _U + _U // 2 + 4}">i</text>')
     # the C and H·W axes, with indices, on slab 0 (one <text>, one position per glyph); the
     # arrows point the way the index grows (the H·W label reads upwards, its arrow points down)
-    out.append(_indices([X0 + c * _U + _U // 2 + 1 for c in range(C)], [Y0 + H + 12] * C, "m q"))
-    out.append(_indices([X0 - 4] * S, [Y0 + s * _U + _U // 2 + 4 for s in range(S)], "e q"))
-    out.append(f'<text class="m" x="{X0 + W // 2}" y="{Y0 + H + 27}">C (channels) \u2192</text>')
-    out.append(f'<text class="m" transform="translate({X0 - 17} {Y0 + H // 2}) rotate(-90)">'
+    out.append(_indices([X0 + c * _U + _U // 2 + 1 for c in range(C)], [Y0 + H + 12] * C, "mid note"))
+    out.append(_indices([X0 - 4] * S, [Y0 + s * _U + _U // 2 + 4 for s in range(S)], "end note"))
+    out.append(f'<text class="mid" x="{X0 + W // 2}" y="{Y0 + H + 27}">C (channels) \u2192</text>')
+    out.append(f'<text class="mid" transform="translate({X0 - 17} {Y0 + H // 2}) rotate(-90)">'
                f'\u2190 H\u00b7W (positions)</text>')
     return out
 
@@ -358,7 +358,7 @@ def _sub(text: str) -> str:
     head, *rest = text.split("_i")
     out = _esc(head)
     for part in rest:
-        out += '<tspan class="b" dy="3">i</tspan>'
+        out += '<tspan class="sub" dy="3">i</tspan>'
         if part:
             out += f'<tspan dy="-3">{_esc(part)}</tspan>'
     return out
@@ -366,8 +366,8 @@ def _sub(text: str) -> str:
 
 def _legend(x: int, y: int) -> list[str]:
     """Three swatches, each drawn in the style of the cells it names."""
-    rows = (("", "other elements"), ("s", "in S_i: they share \u03bc_i, \u03c3_i\u00b2"),
-            ("i", "the element i"))
+    rows = (("", "other elements"), ("in-set", "in S_i: they share \u03bc_i, \u03c3_i\u00b2"),
+            ("element", "the element i"))
     out = []
     for k, (cls, text) in enumerate(rows):
         yy = y + 19 * k
@@ -430,7 +430,7 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
 
     top = 26
     cw, ch = _cube_size(N, C, S)
-    body = [f'<text class="h" x="8" y="17">{_esc(_norm_title(norm, G))}</text>']
+    body = [f'<text class="title" x="8" y="17">{_esc(_norm_title(norm, G))}</text>']
     body += _cube(labels, e, 4, top)
     # the panel
     px, py = cw + 18, top + 6
@@ -438,17 +438,17 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
     lines.append(("S_i = " + where, ""))
     factors = " \u00d7 ".join(str(len(v)) for v in (ns, cs, ss))
     box = len(ns) * len(cs) * len(ss) == size            # every S_i here is a box
-    lines.append((f"|S_i| = {factors} = {size}" if box else f"|S_i| = {size}", "h"))
+    lines.append((f"|S_i| = {factors} = {size}" if box else f"|S_i| = {size}", "title"))
     if box:
-        lines.append(("(samples \u00d7 channels \u00d7 positions)", "z"))
+        lines.append(("(samples \u00d7 channels \u00d7 positions)", "small"))
     if st is not None:
-        lines.append((f"\u03bc_i = {_num(st.mean)}", "h"))
-        lines.append((f"\u03c3_i\u00b2 = {_num(st.var)}", "h"))
+        lines.append((f"\u03bc_i = {_num(st.mean)}", "title"))
+        lines.append((f"\u03c3_i\u00b2 = {_num(st.var)}", "title"))
         lines.append((f"x_i = {_num(st.x)} \u2192 y_i = {_num(st.y)}", ""))
     yy = py
     panel = []
     for text, cls in lines:
-        yy += {"h": 20, "z": 13}.get(cls, 18)
+        yy += {"title": 20, "small": 13}.get(cls, 18)
         if ", " in text and len(text) > 34:
             # wrap "S_i = channels 2–3 of sample 1, all 4 positions" after the comma
             head, tail = text.split(", ", 1)
@@ -462,7 +462,7 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
     yy += 16 + 3 * 19
     if note:
         yy += 14
-        panel.append(f'<text class="q" x="{px}" y="{yy}">{_esc(note)}</text>')
+        panel.append(f'<text class="note" x="{px}" y="{yy}">{_esc(note)}</text>')
     body += panel
     width = px + 225
     height = max(top + ch, yy + 8)
@@ -500,9 +500,9 @@ def cube_panels_svg(panels: Sequence[tuple[str, int | None]] = (
         mask = set_mask(norm, shape, e, G)
         ns, cs, ss = _extent(mask)
         x, y = (k % columns) * pw, (k // columns) * ph
-        body.append(f'<text class="h m" x="{x + cw // 2}" y="{y + 16}">'
+        body.append(f'<text class="title mid" x="{x + cw // 2}" y="{y + 16}">'
                     f'{_esc(_norm_title(norm, G))}</text>')
-        body.append(f'<text class="m q" x="{x + cw // 2}" y="{y + 31}">{_sub("|S_i| = ")}'
+        body.append(f'<text class="mid note" x="{x + cw // 2}" y="{y + 31}">{_sub("|S_i| = ")}'
                     f'{int(mask.sum())}</text>')
         body += _cube(_labels3(norm, shape, G), e, x, y + 44, left=26)
         parts.append(f"{_norm_title(norm, G)}: {_span(cs, C, 'channel', 'channels')} of "
