@@ -55,6 +55,12 @@ def _cases(quick: bool):
         ("layer_norm last dim", tuple(seq.shape), seq, [wl, bl],
          lambda x, w, b: F.layer_norm(x, (512,), w, b),
          lambda x, w, b: TF.layer_norm(x, (512,), w, b)),
+        ("rms_norm last dim", tuple(seq.shape), seq, [wl],
+         lambda x, w: F.rms_norm(x, (512,), w),
+         lambda x, w: TF.rms_norm(x, (512,), w)),
+        ("rms_norm (C,H,W)", big, x, [],
+         lambda x: F.rms_norm(x, x.shape[1:]),
+         lambda x: TF.rms_norm(x, list(x.shape[1:]))),
         # torch has no native WS: the reference is timm's formulation on F.batch_norm
         ("weight_standardize", tuple(conv_w.shape), conv_w, [],
          lambda w: F.weight_standardize(w, convention="timm"),

@@ -347,7 +347,12 @@ def _input_gradient(lay, g, xhat, inv_std, w, sum_g, sum_gxhat, inner, outer, pa
     # GN: gamma varies inside S along the group's channels; finish the set sums of
     # d = gamma g (sum_S gamma g, sum_S gamma g x_hat: small contractions)
     g_scale = inv_std if w is None else inv_std * w                 # d r = g (gamma r)
-    sum_d = sum_keep(sum_g, outer) if w is None else weighted_sum(sum_g, w, outer)
+    # (also LN and RMSNorm when normalized_shape has a size-1 dim: gamma is constant there;
+    # RMSNorm has no mean term, and sum_g was not taken)
+    if not centered:
+        sum_d = None
+    else:
+        sum_d = sum_keep(sum_g, outer) if w is None else weighted_sum(sum_g, w, outer)
     sum_dxhat = sum_keep(sum_gxhat, outer) if w is None else weighted_sum(sum_gxhat, w, outer)
     return _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
 

@@ -524,6 +524,9 @@ DIAGNOSES = [
     ("chan_merge", chan_just_add, {}, ("chan_no_delta_term",), ["m2_a + m2_b"]),
     ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["count ** 2"]),
 ]
+# the LayerNorm / RMSNorm chapter's ops (normcore/exercises/layer.py)
+from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402
+DIAGNOSES += LAYER_DIAGNOSES
 
 # --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py
 from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402

@@ -136,7 +136,7 @@ from .report import Report
 
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
-FAMILIES = ("forward", "ws", "running", "backward", "adain")
+FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family
