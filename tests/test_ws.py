@@ -1,0 +1,141 @@
+"""Weight Standardization modules: ScaledStdConv2d against timm's formula, its state_dict,
+its gradients and its errors."""
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import normcore.nn as nn
+from normcore import functional
+
+
+def timm_scaled_std_conv2d(x, weight, bias, gain, gamma, eps, stride, padding, dilation, groups):
+    """timm.layers.std_conv.ScaledStdConv2d.forward, restated from timm's source: the weight
+    is batch-normalized as one sample of C_out channels, with weight = gain * scale."""
+    out_channels = weight.shape[0]
+    scale = gamma * weight[0].numel() ** -0.5
+    w = TF.batch_norm(weight.reshape(1, out_channels, -1), None, None,
+                      weight=(gain * scale).view(-1), training=True, momentum=0.,
+                      eps=eps).reshape_as(weight)
+    return TF.conv2d(x, w, bias, stride, padding, dilation, groups)
+
+
+def _timm_padding(k, s=1, d=1):
+    return ((s - 1) + d * (k - 1)) // 2
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(stride=2),
+    dict(gamma=1.7, eps=1e-3, gain_init=0.5),
+    dict(groups=2, bias=False),
+    dict(dilation=2, padding=0),
+])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_scaled_std_conv2d_matches_timm(kw, dtype):
+    torch.manual_seed(0)
+    conv = nn.ScaledStdConv2d(4, 6, 3, dtype=dtype, **kw)
+    with torch.no_grad():
+        conv.gain.copy_(torch.rand_like(conv.gain) + 0.5)
+        conv.weight.mul_(3).add_(0.2)
+    x = torch.randn(2, 4, 9, 9, dtype=dtype)
+    stride, dilation = kw.get("stride", 1), kw.get("dilation", 1)
+    padding = kw.get("padding", _timm_padding(3, stride, dilation))
+    assert conv.padding == (padding, padding)
+    ref = timm_scaled_std_conv2d(x, conv.weight, conv.bias, conv.gain, kw.get("gamma", 1.0),
+                                 kw.get("eps", 1e-6), stride, padding, dilation,
+                                 kw.get("groups", 1))
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(conv(x), ref, **tol)
+
+
+def test_scaled_std_conv2d_defaults_and_formula():
+    torch.manual_seed(1)
+    conv = nn.ScaledStdConv2d(3, 5, (3, 1), dtype=torch.float64)
+    assert conv.padding == (1, 0) and conv.bias is not None
+    assert (conv.gamma, conv.eps, conv.gain_init) == (1.0, 1e-6, 1.0)
+    assert torch.equal(conv.gain, torch.ones(5, 1, 1, 1, dtype=torch.float64))
+    fan_in = 3 * 3 * 1
+    assert conv.scale == pytest.approx(fan_in ** -0.5)
+    w = conv.weight
+    mean = w.mean(dim=(1, 2, 3), keepdim=True)
+    var = w.var(dim=(1, 2, 3), unbiased=False, keepdim=True)
+    expected = conv.gain * fan_in ** -0.5 * (w - mean) / torch.sqrt(var + 1e-6)
+    torch.testing.assert_close(conv.standardized_weight(), expected, rtol=1e-13, atol=1e-13)
+    # the NF-Net property: each filter has mean 0 and sum of squares gamma^2 * gain^2
+    sw = conv.standardized_weight().detach()
+    assert sw.mean(dim=(1, 2, 3)).abs().max() < 1e-15
+    torch.testing.assert_close(sw.pow(2).sum(dim=(1, 2, 3)), torch.ones(5, dtype=torch.float64),
+                               rtol=1e-4, atol=0)
+    assert "gamma=1.0, eps=1e-06, gain_init=1.0" in repr(conv)
+    assert type(conv).__module__ == "normcore.nn"
+
+
+def test_scaled_std_conv2d_state_dict_names():
+    conv = nn.ScaledStdConv2d(3, 4, 3)
+    assert list(conv.state_dict()) == ["weight", "bias", "gain"]
+    assert conv.gain.shape == (4, 1, 1, 1)
+    other = nn.ScaledStdConv2d(3, 4, 3, bias=False)
+    assert list(other.state_dict()) == ["weight", "gain"]
+    twin = nn.ScaledStdConv2d(3, 4, 3)
+    twin.load_state_dict(conv.state_dict())
+    x = torch.randn(1, 3, 5, 5)
+    torch.testing.assert_close(twin(x), conv(x), rtol=0, atol=0)
+    conv.reset_parameters()
+    assert torch.equal(conv.gain, torch.ones_like(conv.gain))
+
+
+def test_scaled_std_conv2d_gradients():
+    torch.manual_seed(2)
+    conv = nn.ScaledStdConv2d(2, 3, 3, dtype=torch.float64, gamma=1.3)
+    with torch.no_grad():
+        conv.gain.copy_(torch.rand_like(conv.gain) + 0.5)
+    x = torch.randn(2, 2, 5, 5, dtype=torch.float64, requires_grad=True)
+
+    def f(x, w, b, g):
+        return timm_scaled_std_conv2d(x, w, b, g, 1.3, 1e-6, 1, 1, 1, 1)
+
+    y = conv(x)
+    dy = torch.randn_like(y)
+    ours = torch.autograd.grad(y, (x, conv.weight, conv.bias, conv.gain), dy)
+    w, b, g = (p.detach().clone().requires_grad_() for p in (conv.weight, conv.bias, conv.gain))
+    x2 = x.detach().clone().requires_grad_()
+    ref = torch.autograd.grad(f(x2, w, b, g), (x2, w, b, g), dy)
+    for a, r in zip(ours, ref):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
+    params = (conv.weight, conv.bias, conv.gain)
+
+    def through_module(x, *ps):
+        m = nn.ScaledStdConv2d(2, 3, 3, dtype=torch.float64, gamma=1.3)
+        return torch.func.functional_call(m, dict(zip(("weight", "bias", "gain"), ps)), (x,))
+
+    assert torch.autograd.gradcheck(through_module, (x, *params))
+
+
+@pytest.mark.parametrize("kw, err, text", [
+    (dict(eps=0), ValueError, "must be > 0"),
+    (dict(eps=-1e-6), ValueError, "must be > 0"),
+    (dict(eps="1e-6"), TypeError, "eps must be a positive number"),
+    (dict(gamma=None), TypeError, "gamma must be a number"),
+    (dict(gain_init="1"), TypeError, "gain_init must be a number"),
+])
+def test_scaled_std_conv2d_bad_arguments(kw, err, text):
+    with pytest.raises(err, match=text):
+        nn.ScaledStdConv2d(3, 4, 3, **kw)
+
+
+def test_scaled_std_conv2d_bad_input():
+    conv = nn.ScaledStdConv2d(3, 4, 3)
+    with pytest.raises(RuntimeError, match="channels"):
+        conv(torch.randn(1, 5, 6, 6))
+    with pytest.raises(RuntimeError, match="3D .unbatched. or 4D"):
+        conv(torch.randn(3, 6))
+    # the weight goes through normcore's checks: a non-float weight is named as such
+    with pytest.raises(TypeError, match="floating-point"):
+        functional.weight_standardize(conv.weight.detach().long(), convention="timm")
+
+
+def test_scaled_std_conv2d_uses_the_timm_convention():
+    torch.manual_seed(3)
+    conv = nn.ScaledStdConv2d(3, 4, 1, dtype=torch.float64, eps=1e-2)
+    what = functional.weight_standardize(conv.weight, 1e-2, convention="timm")
+    torch.testing.assert_close(conv.standardized_weight(), what * conv.gain * conv.scale)
