@@ -139,3 +139,25 @@ def test_scaled_std_conv2d_uses_the_timm_convention():
     conv = nn.ScaledStdConv2d(3, 4, 1, dtype=torch.float64, eps=1e-2)
     what = functional.weight_standardize(conv.weight, 1e-2, convention="timm")
     torch.testing.assert_close(conv.standardized_weight(), what * conv.gain * conv.scale)
+
+
+def test_ws_widget_frames_do_not_move_with_scale_and_shift():
+    from normcore.viz import ws as vw
+    svg = vw.standardize_svg(3.0, 0.5, "original")
+    assert svg.startswith("<svg") and "<title>" in svg and svg.count("<circle") == 2 * 4 * 9
+    # the bottom panel (standardized) is the same for every scale and shift
+    bottom = [vw.standardize_svg(a, c, "bit").split("standardized, 'bit'")[1]
+              for a in (0.5, 1.0, 3.0) for c in (-0.5, 0.0, 0.5)]
+    assert len(set(bottom)) == 1
+    assert "std 0.943" in vw.standardize_svg(1.0, 0.0, "original")
+
+
+def test_ws_experiment_inputs_and_errors():
+    from normcore.experiments import ws as xws
+    x1, y1 = xws.stripe_images(16, seed=3)
+    x2, y2 = xws.stripe_images(16, seed=3)
+    assert x1.shape == (16, 1, 8, 8) and torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert set(y1.tolist()) <= set(range(xws.NUM_CLASSES))
+    assert isinstance(xws.tiny_cnn("ws+gn", 0)[0], nn.WSConv2d)
+    with pytest.raises(ValueError, match="unknown kind"):
+        xws.tiny_cnn("ln", 0)
