@@ -161,3 +161,33 @@ def test_ws_experiment_inputs_and_errors():
     assert isinstance(xws.tiny_cnn("ws+gn", 0)[0], nn.WSConv2d)
     with pytest.raises(ValueError, match="unknown kind"):
         xws.tiny_cnn("ln", 0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: nn.WSConv2d(4, 6, 3, padding=1, dtype=torch.float64),
+    lambda: nn.WSConv2d(4, 6, 3, stride=2, groups=2, bias=False, convention="bit",
+                        padding_mode="reflect", padding=1, dtype=torch.float64),
+    lambda: nn.ScaledStdConv2d(4, 6, 3, gamma=1.5, dtype=torch.float64),
+])
+def test_fold_ws_equals_the_ws_layer(make):
+    from normcore.fold import fold_bn, fold_ws
+    torch.manual_seed(4)
+    layer = make()
+    x = torch.randn(2, 4, 7, 7, dtype=torch.float64)
+    plain = fold_ws(layer)
+    assert type(plain) is torch.nn.Conv2d
+    with torch.no_grad():
+        assert torch.equal(plain(x), layer(x))
+    bn = nn.BatchNorm2d(6, dtype=torch.float64)
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2.0)
+    bn.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fold_bn(plain, bn)(x), bn(layer(x)), rtol=1e-12, atol=1e-12)
+
+
+def test_fold_ws_refuses_a_plain_conv():
+    from normcore.fold import fold_ws
+    with pytest.raises(TypeError, match="weight-standardized Conv2d"):
+        fold_ws(torch.nn.Conv2d(2, 2, 3))
