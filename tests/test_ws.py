@@ -191,3 +191,62 @@ def test_fold_ws_refuses_a_plain_conv():
     from normcore.fold import fold_ws
     with pytest.raises(TypeError, match="weight-standardized Conv2d"):
         fold_ws(torch.nn.Conv2d(2, 2, 3))
+
+
+@pytest.mark.parametrize("ws_cls, conv_cls, shape", [
+    (nn.WSConv1d, torch.nn.Conv1d, (2, 3, 9)),
+    (nn.WSConv3d, torch.nn.Conv3d, (2, 3, 5, 5, 5)),
+])
+@pytest.mark.parametrize("convention", ["original", "bit", "timm"])
+def test_ws_conv_1d_3d_match_the_formula(ws_cls, conv_cls, shape, convention):
+    torch.manual_seed(5)
+    layer = ws_cls(3, 4, 3, padding=1, dtype=torch.float64, convention=convention)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    w = layer.weight
+    dims = tuple(range(1, w.dim()))
+    mean = w.mean(dim=dims, keepdim=True)
+    eps = functional.WS_CONVENTIONS[convention]["eps"]
+    if convention == "original":
+        what = (w - mean) / (w.std(dim=dims, keepdim=True) + eps)
+    else:
+        what = (w - mean) / torch.sqrt(w.var(dim=dims, correction=0, keepdim=True) + eps)
+    plain = conv_cls(3, 4, 3, padding=1, dtype=torch.float64)
+    ref = plain._conv_forward(x, what, layer.bias)
+    y = layer(x)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    dy = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, layer.weight), dy)
+    want = torch.autograd.grad(ref, (x, layer.weight), dy)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert f"convention={convention!r}" in repr(layer) and type(layer).__module__ == "normcore.nn"
+
+
+def test_convert_to_ws_swaps_every_plain_conv_in_place():
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, groups=2, bias=False),
+                            nn.ScaledStdConv2d(4, 4, 3)),
+        torch.nn.ConvTranspose2d(4, 2, 2))
+    model.eval()
+    weights = [model[0].weight, model[2][0].weight, model[2][1].weight]
+    out = nn.convert_to_ws(model, "bit")
+    assert out is model
+    assert type(model[0]) is nn.WSConv2d and type(model[2][0]) is nn.WSConv2d
+    assert type(model[2][1]) is nn.ScaledStdConv2d and type(model[3]) is torch.nn.ConvTranspose2d
+    assert model[0].weight is weights[0] and model[2][0].weight is weights[1]   # same tensors
+    assert model[2][0].groups == 2 and model[2][0].bias is None and model[0].padding == (1, 1)
+    assert model[0].convention == "bit" and not model[0].training
+    x = torch.randn(1, 3, 8, 8)
+    manual = TF.conv2d(x, functional.weight_standardize(weights[0], convention="bit"),
+                       model[0].bias, padding=1)
+    torch.testing.assert_close(model[0](x), manual)
+    single = nn.convert_to_ws(torch.nn.Conv1d(2, 3, 3))
+    assert type(single) is nn.WSConv1d
+    with pytest.raises(ValueError, match="fan-in of 1"):
+        nn.convert_to_ws(torch.nn.Conv2d(4, 4, 1, groups=4))
+    with pytest.raises(ValueError, match="unknown convention"):
+        nn.convert_to_ws(torch.nn.Conv2d(4, 4, 3), "bn")
+    with pytest.raises(ValueError, match="must be > 0"):
+        nn.convert_to_ws(torch.nn.Conv2d(4, 4, 3), ws_eps=0.0)

@@ -7,23 +7,17 @@ from torch import Tensor
 from .. import _checks as checks
 from .. import functional as F
 
-__all__ = ["WSConv2d", "ScaledStdConv2d"]
+__all__ = ["WSConv1d", "WSConv2d", "WSConv3d", "ScaledStdConv2d", "convert_to_ws"]
 
 
-class WSConv2d(torch.nn.Conv2d):
-    """A ``Conv2d`` whose weight is standardized (per output channel) in every forward.
+class _WSConvNd:
+    """What WSConv1d/2d/3d share: the convention, ``ws_eps``, and the standardized weight."""
 
-    Same arguments as ``torch.nn.Conv2d`` plus ``ws_eps`` (``None``: the convention's
-    default) and ``convention`` (``"original"``, ``"bit"`` or ``"timm"``; see
-    :func:`normcore.functional.weight_standardize`).  The stored ``weight`` is the raw one;
-    the standardized weight is recomputed each call, so gradients flow through it.
-    """
-
-    def __init__(self, *args, ws_eps: float | None = None, convention: str = "original", **kwargs):
-        super().__init__(*args, **kwargs)
-        checks.check_convention(convention, "WSConv2d")
+    def _ws_init(self, convention: str, ws_eps: float | None) -> None:
+        name = type(self).__name__
+        checks.check_convention(convention, name)
         if ws_eps is not None:
-            checks.check_eps(ws_eps, "WSConv2d")
+            checks.check_eps(ws_eps, name)
         self.ws_eps = ws_eps
         self.convention = convention
 
@@ -35,6 +29,73 @@ class WSConv2d(torch.nn.Conv2d):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", convention={self.convention!r}, ws_eps={self.ws_eps}"
+
+
+class WSConv2d(_WSConvNd, torch.nn.Conv2d):
+    """A ``Conv2d`` whose weight is standardized (per output channel) in every forward.
+
+    Same arguments as ``torch.nn.Conv2d`` plus ``ws_eps`` (``None``: the convention's
+    default) and ``convention`` (``"original"``, ``"bit"`` or ``"timm"``; see
+    :func:`normcore.functional.weight_standardize`).  The stored ``weight`` is the raw one;
+    the standardized weight is recomputed each call, so gradients flow through it.
+    """
+
+    def __init__(self, *args, ws_eps: float | None = None, convention: str = "original", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ws_init(convention, ws_eps)
+
+
+class WSConv1d(_WSConvNd, torch.nn.Conv1d):
+    """:class:`WSConv2d` for ``Conv1d``: each output channel's ``C_in * k`` weights standardized."""
+
+    def __init__(self, *args, ws_eps: float | None = None, convention: str = "original", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ws_init(convention, ws_eps)
+
+
+class WSConv3d(_WSConvNd, torch.nn.Conv3d):
+    """:class:`WSConv2d` for ``Conv3d``: each output channel's ``C_in * k_d k_h k_w`` weights
+    standardized."""
+
+    def __init__(self, *args, ws_eps: float | None = None, convention: str = "original", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ws_init(convention, ws_eps)
+
+
+_WS_OF = {torch.nn.Conv1d: WSConv1d, torch.nn.Conv2d: WSConv2d, torch.nn.Conv3d: WSConv3d}
+
+
+def convert_to_ws(module: torch.nn.Module, convention: str = "original",
+                  ws_eps: float | None = None) -> torch.nn.Module:
+    """Replace every plain ``Conv1d/2d/3d`` in ``module`` by its WS twin, in place, keeping its
+    arguments, parameters (the same tensors), device, dtype and train/eval mode; like
+    ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``, return the converted module (a new
+    object when ``module`` is itself a Conv).  Subclasses of Conv (already-WS layers,
+    ``ScaledStdConv2d``, transposed convs) are left alone."""
+    checks.check_convention(convention, "convert_to_ws")
+    if ws_eps is not None:
+        checks.check_eps(ws_eps, "convert_to_ws")
+    cls = _WS_OF.get(type(module))
+    if cls is not None:
+        m = module
+        if m.weight[0].numel() < 2:
+            raise ValueError(
+                f"convert_to_ws: {m} has a fan-in of 1 (one weight per output channel), which "
+                f"weight standardization would set to 0 (or, unbiased, leave undefined); "
+                f"convert the model's other layers one by one instead")
+        new = cls(m.in_channels, m.out_channels, m.kernel_size, stride=m.stride,
+                  padding=m.padding, dilation=m.dilation, groups=m.groups,
+                  bias=m.bias is not None, padding_mode=m.padding_mode, device="meta",
+                  convention=convention, ws_eps=ws_eps)
+        new.weight = m.weight
+        new.bias = m.bias
+        new.train(m.training)
+        return new
+    for name, child in module.named_children():
+        converted = convert_to_ws(child, convention, ws_eps)
+        if converted is not child:
+            setattr(module, name, converted)
+    return module
 
 
 def _timm_padding(kernel_size, stride, dilation):
