@@ -26,7 +26,7 @@ import copy
 import torch
 from torch import nn
 
-__all__ = ["fold_bn", "bn_scale_shift"]
+__all__ = ["fold_bn", "bn_scale_shift", "fold_ws"]
 
 _FOLDABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
@@ -79,3 +79,30 @@ def fold_bn(layer: nn.Module, bn: nn.Module) -> nn.Module:
         else:
             fused.bias.copy_(new_bias)
     return fused
+
+
+def fold_ws(layer: nn.Module) -> nn.Conv2d:
+    """A plain ``torch.nn.Conv2d`` equal to a weight-standardized convolution at inference.
+
+    ``layer`` is a :class:`normcore.nn.WSConv2d` or :class:`normcore.nn.ScaledStdConv2d`
+    (anything with ``standardized_weight()`` on top of a ``Conv2d``).  Its standardized
+    weight, a constant once training is over, becomes the new layer's ``weight``; stride,
+    padding, dilation, groups, padding mode, bias, dtype and device are kept.  The result
+    computes the same convolution on the same numbers, and an eval-mode BatchNorm after it
+    folds in with :func:`fold_bn`.  ``layer`` is not modified.
+    """
+    if not isinstance(layer, nn.Conv2d) or not hasattr(layer, "standardized_weight"):
+        raise TypeError(
+            f"fold_ws: expected a weight-standardized Conv2d (normcore.nn.WSConv2d or "
+            f"ScaledStdConv2d), got {type(layer).__name__}")
+    w = layer.weight
+    plain = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size,
+                      stride=layer.stride, padding=layer.padding, dilation=layer.dilation,
+                      groups=layer.groups, bias=layer.bias is not None,
+                      padding_mode=layer.padding_mode, dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        plain.weight.copy_(layer.standardized_weight())
+        if layer.bias is not None:
+            plain.bias.copy_(layer.bias)
+    plain.train(layer.training)
+    return plain

@@ -2,7 +2,9 @@
 
 * :mod:`normcore.experiments.running`: the running-statistics simulator (chapter 3);
 * :mod:`normcore.experiments.sync`: per-device, synchronized and full-batch BatchNorm over
-  real processes (chapter 3).
+  real processes (chapter 3);
+* :mod:`normcore.experiments.ws`: a tiny CNN trained with BN, GN or WS + GN at any batch
+  size (the Weight Standardization chapter).
 
 The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
 the process-based comparison is imported on first use (``experiments.sync``), since it
@@ -15,10 +17,10 @@ import importlib
 from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
-__all__ = list(_running_all) + ["running", "sync"]
+__all__ = list(_running_all) + ["running", "sync", "ws"]
 
 
 def __getattr__(name: str):
-    if name in ("running", "sync"):
+    if name in ("running", "sync", "ws"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

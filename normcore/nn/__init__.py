@@ -13,21 +13,23 @@ from whether gradients are enabled.
 One module per family, as in ``torch.nn.modules``: :mod:`~normcore.nn.batchnorm`
 (BatchNorm1d/2d/3d, SyncBatchNorm), :mod:`~normcore.nn.instancenorm`,
 :mod:`~normcore.nn.normalization` (LayerNorm, RMSNorm, GroupNorm), :mod:`~normcore.nn.conv`
-(WSConv2d).
+(WSConv1d/2d/3d, ScaledStdConv2d, convert_to_ws).
 """
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
-from .conv import WSConv2d
+from .conv import ScaledStdConv2d, WSConv1d, WSConv2d, WSConv3d, convert_to_ws
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .normalization import GroupNorm, LayerNorm, RMSNorm
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "InstanceNorm1d",
     "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
+    "ScaledStdConv2d", "WSConv1d", "WSConv3d", "convert_to_ws",
 ]
 
 # the public classes answer to the public name (as in reprs, errors and pickles)
 for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, InstanceNorm1d,
-             InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm):
+             InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm, ScaledStdConv2d,
+             WSConv1d, WSConv3d):
     _cls.__module__ = __name__
 del _cls

@@ -4,7 +4,8 @@
   Figure 2 as a hand-written SVG, with the set :math:`S_i` of a chosen element highlighted
   (read from :func:`normcore.axes.stat_groups`);
 * :mod:`normcore.viz.batch`: the BatchNorm chapter's figures and batch-dependence frames;
-* :mod:`normcore.viz.running`: the running-statistics chapter's simulator frames.
+* :mod:`normcore.viz.running`: the running-statistics chapter's simulator frames;
+* :mod:`normcore.viz.ws`: the Weight Standardization chapter's widget frames (SVG).
 
 Each picture module reads which elements share statistics from :mod:`normcore.axes`, or gets
 its numbers from :mod:`normcore.functional`; none of them restates the norms.  A module is
