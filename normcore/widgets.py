@@ -51,7 +51,7 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import ipywidgets
 
@@ -243,11 +243,9 @@ def _frame(obj: Any, key: tuple, dpi: int, hidpi: bool = True,
         data = bytes(obj)
         if not data.startswith(_PNG_SIGNATURE):
             raise TypeError(f"render{key} returned bytes that are not a PNG image")
-        layout = ipywidgets.Layout(max_width="100%", height="auto")
-        if width is not None:
-            layout.width = f"{width}px"
-        w = ipywidgets.Image(value=data, format="png", layout=layout)
-        return w, 4 * math.ceil(len(data) / 3), "png"
+        # not an ipywidgets.Image: it cannot carry alt text, and a widget made and closed
+        # again would still be recorded in the notebook's widget state (twice the bytes)
+        return _Png(data, None if width is None else f"{width}px"), 4 * math.ceil(len(data) / 3), "png"
     if isinstance(obj, str):
         text = obj.lstrip()
         if text.startswith("<?xml"):
@@ -299,7 +297,14 @@ def png_description(data: bytes) -> str:
     return " ".join(str(text.get("Description") or text.get("Title") or "").split())
 
 
-def _with_text_alternative(w: ipywidgets.Widget, fmt: str, alt: str | None,
+class _Png(NamedTuple):
+    """A PNG frame before it becomes an ``<img alt=...>`` (:func:`_with_text_alternative`)."""
+
+    value: bytes
+    width: str | None      # displayed width, e.g. "608px"; None: the PNG's own
+
+
+def _with_text_alternative(w: ipywidgets.Widget | _Png, fmt: str, alt: str | None,
                            settings: str) -> tuple[ipywidgets.Widget, int]:
     """Give a frame its text alternative; return (frame, embedded bytes).
 
@@ -326,10 +331,9 @@ def _with_text_alternative(w: ipywidgets.Widget, fmt: str, alt: str | None,
     if alt is None:
         own = png_description(data)
         alt = f"{own}. Shown for {settings}." if own else f"Picture for {settings}."
-    style = "max-width:100%;height:auto" + (f";width:{w.layout.width}" if w.layout.width else "")
+    style = "max-width:100%;height:auto" + (f";width:{w.width}" if w.width else "")
     value = (f'<img src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}" '
              f'alt="{html.escape(alt.strip(), quote=True)}" style="{style}">')
-    w.close()
     return ipywidgets.HTML(value=value), len(value.encode("utf-8"))
 
 
