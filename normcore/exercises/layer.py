@@ -130,11 +130,18 @@ class _LayerShapeBase(Op):
     shapes = {1: (3, 4, 6), 2: (4, 3, 5), 3: (2, 3, 2, 4)}
     shapes32 = {1: (4, 8), 2: (3, 4, 5), 3: (2, 3, 2, 3)}
 
-    def parse_options(self, options):
-        return super().parse_options(options)
-
     def locate(self, case, i, idx):
         return "index (" + ", ".join(map(str, idx)) + ")"
+
+    def render_fields(self, context, key, detail):
+        """The wrong set in words: the forward ops' two wrong sets (BN's, the last dim)."""
+        if key != "wrong_axes":
+            return {}
+        if detail["roles"] == ("N",):
+            return {"got": "the batch dim (N)", "other": ", which is how BatchNorm groups "
+                    "the elements"}
+        return {"got": "the last dim only", "other": " (for a normalized_shape of two or "
+                "three dims)"}
 
     def _words(self, options, cases):
         k = max(options["ndims"])
@@ -245,19 +252,11 @@ class LayerNormShapeOp(_LayerShapeBase):
             "unbiased_why": (
                 "LayerNorm normalizes with the biased variance, the plain mean of the squared "
                 "deviations (divide by n): it describes the values being normalized. The "
-                "difference is largest for small sets: for n = 4 the std differs by 15%."),
+                "difference is largest for small sets: for n = 4 the unbiased std is 15% "
+                "larger (sqrt(4/3)), so the output is 13% too small (sqrt(3/4))."),
             "eps_case": near.name, "eps_value": number(near.eps), "eps_where": "",
             "big_case": big.name, "big_var": number(float(big_var), 2),
         }
-
-    def render_fields(self, context, key, detail):
-        if key != "wrong_axes":
-            return {}
-        if detail["roles"] == ("N",):
-            return {"got": "the batch dim (N)", "other": ", which is how BatchNorm groups "
-                    "the elements"}
-        return {"got": "the last dim only", "other": " (for a normalized_shape of two or "
-                "three dims)"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -451,15 +450,6 @@ class RMSNormOp(_LayerShapeBase):
             "eps_case": near.name, "eps_value": number(near.eps),
             "shift_case": cases[0].name,
         }
-
-    def render_fields(self, context, key, detail):
-        if key != "wrong_axes":
-            return {}
-        if detail["roles"] == ("N",):
-            return {"got": "the batch dim (N)", "other": ", which is how BatchNorm groups "
-                    "the elements"}
-        return {"got": "the last dim only", "other": " (for a normalized_shape of two or "
-                "three dims)"}
 
 
 for _op in (LayerNormShapeOp(), LayerNormBackwardOp(), RMSNormOp()):
