@@ -1,9 +1,9 @@
 r"""The GroupNorm chapter's group explorer: the cube with :math:`S_i` shaded, and the
 histogram of the normalized values of that set, for one group count ``G``.
 
-A frame is one SVG: on the left :func:`normcore.viz.cube.cube_svg` for GroupNorm with
+A frame is one SVG: on top :func:`normcore.viz.cube.cube_svg` for GroupNorm with
 ``num_groups = G`` (the set read from :func:`normcore.axes.stat_groups`, the statistics from
-:func:`normcore.functional.normalize`), on the right a histogram of
+:func:`normcore.functional.normalize`), under it a histogram of
 :math:`\hat x_k = (x_k - \mu_i)\, r_i` for every :math:`k \in S_i`, drawn by hand (bars and
 axis labels, no matplotlib).  At ``G = 1`` the note under the panel names the identity
 "= LayerNorm over (C, H, W)", at ``G = C`` "= InstanceNorm".
@@ -74,8 +74,10 @@ def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0)) -> s
     values = group_values(x, num_groups, element)
     counts = _counts(values)
     top = max(max(counts), 1)
-    left, y0 = cw + 44, 40
-    body = [f'<text x="{left - 30}" y="22" style="font:bold 13.5px sans-serif;fill:#222">'
+    # the histogram goes under the cube, so that the frame stays narrow enough to be shown at
+    # full size (its text >= 10 px) in the book's column
+    left, y0 = 60, ch + 40
+    body = [f'<text x="{left - 30}" y="{ch + 22}" style="font:bold 13.5px sans-serif;fill:#222">'
             f'{_sub("normalized values of S_i")} ({len(values)})</text>']
     bw = _HW / len(counts)
     for k, cnt in enumerate(counts):
@@ -100,8 +102,8 @@ def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0)) -> s
     std = float(values.var(correction=0).sqrt())
     body.append(f'<text x="{left}" y="{y0 + _HH + 52}" style="{axis}">mean '
                 f'{mean:.3f}, std {std:.3f}</text>'.replace("-0.000", "0.000"))
-    width = left + _HW + 16
-    height = max(ch, y0 + _HH + 62)
+    width = max(cw, left + _HW + 16)
+    height = y0 + _HH + 62
     n, c, s = element
     title = (f"GroupNorm with G = {num_groups} on an input with C = {C} channels: the set of "
              f"element (n={n}, c={c}, s={s}) has {len(values)} elements; their normalized "
