@@ -78,7 +78,7 @@ def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0)) -> s
     # full size (its text >= 10 px) in the book's column
     left, y0 = 60, ch + 40
     body = [f'<text x="{left - 30}" y="{ch + 22}" style="font:bold 13.5px sans-serif;fill:#222">'
-            f'{_sub("normalized values of S_i")} ({len(values)})</text>']
+            f'{_sub(f"normalized values of S_i ({len(values)})")}</text>']
     bw = _HW / len(counts)
     for k, cnt in enumerate(counts):
         h = _HH * cnt / top
