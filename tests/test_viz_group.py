@@ -55,21 +55,35 @@ def test_frame_structure(G):
         assert ("LayerNorm" if G == 1 else "InstanceNorm") in frame
 
 
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", [(3, 4, 5), (3, 4, 2, 3), (2, 4, 2, 2, 2)])
-def test_gn_identities_with_affine(shape):
+def test_gn_identities_with_affine(shape, dtype, affine):
     """G = C is InstanceNorm and G = 1 is LayerNorm with gamma constant over positions."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    x = (2.0 + torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
     C = shape[1]
-    gamma = torch.randn(C, generator=gen, dtype=torch.float64)
-    beta = torch.randn(C, generator=gen, dtype=torch.float64)
-    assert torch.allclose(F.group_norm(x, C, gamma, beta),
-                          F.instance_norm(x, weight=gamma, bias=beta), atol=1e-12)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    gamma = torch.randn(C, generator=gen, dtype=torch.float64).to(dtype) if affine else None
+    beta = torch.randn(C, generator=gen, dtype=torch.float64).to(dtype) if affine else None
+    gn_C = F.group_norm(x, C, gamma, beta)
+    assert torch.allclose(gn_C, F.instance_norm(x, weight=gamma, bias=beta), atol=tol)
+    assert torch.allclose(gn_C, torch.nn.functional.instance_norm(x, weight=gamma, bias=beta),
+                          atol=tol)
     view = (C,) + (1,) * (len(shape) - 2)
-    g_ln = gamma.reshape(view).expand(shape[1:])
-    b_ln = beta.reshape(view).expand(shape[1:])
-    assert torch.allclose(F.group_norm(x, 1, gamma, beta),
-                          F.layer_norm(x, shape[1:], g_ln, b_ln), atol=1e-12)
+    g_ln = gamma.reshape(view).expand(shape[1:]) if affine else None
+    b_ln = beta.reshape(view).expand(shape[1:]) if affine else None
+    gn_1 = F.group_norm(x, 1, gamma, beta)
+    assert torch.allclose(gn_1, F.layer_norm(x, shape[1:], g_ln, b_ln), atol=tol)
+    assert torch.allclose(gn_1, torch.nn.functional.layer_norm(x, shape[1:], g_ln, b_ln),
+                          atol=tol)
+    if affine:   # LN's gamma varying over the positions of a channel: GN cannot follow
+        g_var = g_ln.clone()
+        g_var.reshape(C, -1)[0, 0] += 1.0
+        ln = F.layer_norm(x, shape[1:], g_var, b_ln)
+        assert not torch.allclose(ln, gn_1, atol=1e-3)
+        others = (slice(None), slice(1, None))
+        assert torch.allclose(ln[others], gn_1[others], atol=tol)
     assert torch.equal(axes.stat_groups("group", shape, 1), axes.stat_groups("layer", shape))
     assert torch.equal(axes.stat_groups("group", shape, C), axes.stat_groups("instance", shape))
     assert not torch.equal(axes.stat_groups("group", shape, 1), axes.stat_groups("batch", shape))
