@@ -315,7 +315,10 @@ def roles_words(roles: Sequence[str], group_size: int | None = None) -> str:
     listed = ", ".join(spanned[:-1]) + " and " + spanned[-1] if len(spanned) > 1 else "".join(spanned)
     words = "all " + (listed or "elements")
     if "G" in roles and "C" not in roles:
-        words += f" of the {'C/G' if group_size is None else group_size} channels of one group"
+        if group_size == 1:
+            words += " of the one channel of its group"
+        else:
+            words += f" of the {'C/G' if group_size is None else group_size} channels of one group"
     elif "C" not in roles:
         words += " of one channel"
     if "N" not in roles:
