@@ -145,7 +145,7 @@ def rms_eps(eps, dtype: torch.dtype) -> float:
     (float32 for half-precision inputs), as ``torch.nn.functional.rms_norm`` does."""
     if eps is not None:
         return float(eps)
-    return torch.finfo(torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype).eps
+    return torch.finfo(compute_dtype(dtype)).eps
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):

@@ -243,12 +243,7 @@ class NormOp(Op):
         ctx["axes_why"] = (f"{NORM_WHY[self.norm]} For x of shape {shape_text(shape)}: "
                            f"{axes.describe(self.norm, shape, G)}.")
         ctx["axes_fix"] = fix
-        ctx["unbiased_why"] = (
-            f"{ctx['norm']} normalizes with the biased variance, the plain mean of the squared "
-            f"deviations (divide by n): it describes the values being normalized. The unbiased "
-            f"(n - 1) variance only goes into running_var, as an estimate for eval mode. The "
-            f"difference is largest for small sets: for n = 4 the unbiased std is 15% larger "
-            f"(sqrt(4/3)), so the output is 13% too small (sqrt(3/4)).")
+        ctx["unbiased_why"] = unbiased_why(ctx["norm"])
         near = next(c for c in cases if c.kind == "nearzero")
         big = next(c for c in cases if c.kind == "largemean")
         ctx["eps_case"], ctx["eps_value"], ctx["eps_where"] = near.name, number(near.eps), ""
@@ -304,3 +299,13 @@ for _op in (
 ):
     register(_op)
 del _op
+
+
+def unbiased_why(title: str, running_var: bool = True) -> str:
+    """Why the normalization divides by n, not n - 1 (the ``unbiased_var`` message)."""
+    stored = (" The unbiased (n - 1) variance only goes into running_var, as an estimate for "
+              "eval mode." if running_var else "")
+    return (f"{title} normalizes with the biased variance, the plain mean of the squared "
+            f"deviations (divide by n): it describes the values being normalized.{stored} The "
+            f"difference is largest for small sets: for n = 4 the unbiased std is 15% larger "
+            f"(sqrt(4/3)), so the output is 13% too small (sqrt(3/4)).")

@@ -23,6 +23,7 @@ import torch
 from .. import axes, functional, stats
 from ..functional import normalize
 from .catalogue import Misconception, add as _add
+from .forward import unbiased_why
 from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
 from .ops import Op, register
 from .report import dtype_text, number, shape_text
@@ -249,11 +250,7 @@ class LayerNormShapeOp(_LayerShapeBase):
                          "dims, and nothing is shared across the batch."),
             "axes_fix": ("`dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))`, "
                          "then `x.mean(dim=dims, keepdim=True)`"),
-            "unbiased_why": (
-                "LayerNorm normalizes with the biased variance, the plain mean of the squared "
-                "deviations (divide by n): it describes the values being normalized. The "
-                "difference is largest for small sets: for n = 4 the unbiased std is 15% "
-                "larger (sqrt(4/3)), so the output is 13% too small (sqrt(3/4))."),
+            "unbiased_why": unbiased_why("LayerNorm", running_var=False),
             "eps_case": near.name, "eps_value": number(near.eps), "eps_where": "",
             "big_case": big.name, "big_var": number(float(big_var), 2),
         }

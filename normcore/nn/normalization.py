@@ -3,7 +3,8 @@ compute the same thing."""
 from __future__ import annotations
 
 from torch import Tensor
-from torch.nn import Module, init
+import torch
+from torch.nn import Module, Parameter, init
 
 from .. import _checks as checks
 from .. import axes
@@ -61,8 +62,11 @@ class RMSNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         factory = {"device": device, "dtype": dtype}
-        affine_parameters(self, self.normalized_shape, elementwise_affine, False, factory)
-        del self.bias  # RMSNorm has no beta: torch registers no "bias" at all
+        # gamma only: torch's RMSNorm registers no "bias" at all
+        if elementwise_affine:
+            self.weight = Parameter(torch.empty(self.normalized_shape, **factory))
+        else:
+            self.register_parameter("weight", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
