@@ -32,8 +32,10 @@ node_modules/.stamp: package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund
 	touch $@
 
-# copies MathJax and the widget manager into assets/_vendor/ (served as _static/), and
-# builds the normcore wheel that the book offers for download (chapters/intro.md)
+# copies MathJax's fonts and the widget manager into assets/_vendor/ (served as _static/),
+# and builds the normcore wheel that the book offers for download (chapters/intro.md).
+# The build typesets the math with MathJax from node_modules/ (assets/sphinx_ext/), in
+# every build below: the pages load no MathJax script.
 vendor: node_modules/.stamp $(VENV)/.stamp
 	$(PY) tools/vendor_frontend.py
 	rm -rf assets/dist

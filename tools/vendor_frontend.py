@@ -4,10 +4,11 @@ The sources are the npm packages pinned in package.json / package-lock.json (ins
 `npm ci` into node_modules/). assets/_vendor/ is gitignored and listed in html_static_path,
 so Sphinx serves it as _static/:
 
-  _static/mathjax/tex-chtml.js       MathJax 3 (mathjax_path), plus what it loads lazily:
-                                     its fonts (output/chtml/fonts/woff-v2), TeX extensions
-                                     (input/tex/extensions, for \\require and autoload), the
-                                     menu/accessibility components (ui, a11y, sre, adaptors).
+  _static/mathjax/output/chtml/fonts/woff-v2/
+                                     MathJax 3's TeX fonts. The math is typeset when the
+                                     book is built (assets/sphinx_ext/normcore_math.py runs
+                                     MathJax in node, from node_modules/); the pages load
+                                     no MathJax script, only the fonts their math uses.
   _static/html-manager/embed.js      @jupyter-widgets/html-manager (ipywidgets 8) and the
                                      Font Awesome files that its CSS loads from beside itself.
 
@@ -26,18 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "node_modules"
 DEST = ROOT / "assets" / "_vendor"
 
-# MathJax's es5/ holds several combined bundles; the book loads only tex-chtml.js.
-MATHJAX_SKIP_TOP = {
-    "tex-chtml-full.js", "tex-chtml-full-speech.js", "tex-mml-chtml.js", "tex-mml-svg.js",
-    "tex-svg.js", "tex-svg-full.js", "mml-chtml.js", "mml-svg.js", "node-main.js",
-}
+# Of MathJax, the pages need only the CHTML fonts (the stylesheet that the build writes into
+# each page points at them).
+MATHJAX_FONTS = ("output", "chtml", "fonts", "woff-v2")
 
 
 def _want_mathjax(rel: Path) -> bool:
-    if len(rel.parts) == 1:
-        return rel.name not in MATHJAX_SKIP_TOP
-    # the SVG output is not used by tex-chtml.js
-    return not (rel.parts[0] == "output" and len(rel.parts) > 1 and rel.parts[1] == "svg")
+    return rel.parts[:-1] == MATHJAX_FONTS and rel.suffix == ".woff"
 
 
 def _want_html_manager(rel: Path) -> bool:
@@ -73,6 +69,10 @@ def _copy_tree(src: Path, dst: Path, want) -> int:
         for f in dst.rglob("*"):
             if f.is_file() and f not in keep:
                 f.unlink()
+        # and the folders they leave empty (deepest first)
+        for d in sorted((d for d in dst.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+            if not any(d.iterdir()):
+                d.rmdir()
     return n
 
 
@@ -85,8 +85,9 @@ def main() -> None:
     hm = NODE / "@jupyter-widgets" / "html-manager"
     n1 = _copy_tree(mj / "es5", DEST / "mathjax", _want_mathjax)
     n2 = _copy_tree(hm / "dist", DEST / "html-manager", _want_html_manager)
-    if not (DEST / "mathjax" / "tex-chtml.js").is_file() or not (DEST / "html-manager" / "embed.js").is_file():
-        sys.exit("vendor_frontend: tex-chtml.js or embed.js missing after copy")
+    fonts = DEST / "mathjax" / Path(*MATHJAX_FONTS)
+    if not (fonts / "MathJax_Main-Regular.woff").is_file() or not (DEST / "html-manager" / "embed.js").is_file():
+        sys.exit("vendor_frontend: MathJax's fonts or embed.js missing after copy")
     print(
         f"vendor_frontend: mathjax {_version(mj)}, @jupyter-widgets/html-manager {_version(hm)} "
         f"-> {DEST.relative_to(ROOT)} ({n1 + n2} files updated)"
