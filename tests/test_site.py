@@ -8,12 +8,15 @@ table of contents they assert:
 
 - no failed request (network error or HTTP >= 400) and no request to any other host;
 - no console error and no page error;
-- every .math element typeset by MathJax (an mjx-container, no raw TeX, no MathJax error);
+- every .math element typeset by MathJax (an mjx-container, no raw TeX, no MathJax error),
+  at build time: no page loads a MathJax script (an undefined macro fails the build);
 - every <img> loaded; the favicon is served;
 - every widget rendered (each widget-view script replaced by a widget; no "Error displaying
   widget"; no raw model JSON on the page), and moving every control of every widget through
   all its values changes the visible frame each time;
-- the page's own weight (HTML with embedded widget state, plus its images) within 3 MB.
+- the page's own weight (HTML with embedded widget state, plus its images) within 3 MB, and
+  what the browser loads for it from a cold cache within issue 8's goals (1.5 MB for the
+  intro and every page without widgets, 4 MB for a chapter).
 
 A full-page screenshot of each page goes to _build/screenshots/ (look at them).
 
@@ -189,6 +192,39 @@ def test_page_weight(site, rel):
     )
 
 
+MB = 1024 * 1024
+#: What a page may load from a cold cache: the decoded bytes of everything the browser fetches
+#: for it (benchmarks/site.py's "loaded"). Issue 8's goals: the intro (and every page without
+#: widgets) under 1.5 MB, a chapter under 4 MB.
+LOADED_GOAL_TEXT = 1.5 * MB
+LOADED_GOAL_CHAPTER = 4 * MB
+#: Chapters still over the goal by their widgets (the 1.8 MB widget manager, the widget state
+#: with its frames), not by their math: held where they are until the widgets get lighter.
+LOADED_NOT_YET = {
+    "chapters/02_batch_norm.html": 4.3 * MB,
+    "chapters/03_running_stats.html": 5.0 * MB,
+    "chapters/04_layer_norm.html": 4.2 * MB,
+    "chapters/05_instance_norm.html": 5.3 * MB,
+}
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_loaded_weight(site, browser, rel):
+    """What the browser fetches for a page, cold cache, stays within the goal; none of it is
+    MathJax's script (the math is typeset at build time)."""
+    widgets = sitecheck.page_weight(HTML, rel).embed_js
+    limit = LOADED_NOT_YET.get(rel, LOADED_GOAL_CHAPTER if widgets else LOADED_GOAL_TEXT)
+    w = sitecheck.loaded_weight(browser, site, rel)
+    top = ", ".join(f"{f['url'].rsplit('/', 1)[-1].split('?')[0]} {f['bytes'] / MB:.2f}"
+                    for f in sorted(w["files"], key=lambda f: -f["bytes"])[:6])
+    assert w["bytes"] <= limit, (
+        f"{rel} loads {w['bytes'] / MB:.2f} MB in {w['requests']} requests, over its "
+        f"{limit / MB:.1f} MB; the largest (MB): {top}"
+    )
+    scripts = [f["url"] for f in w["files"] if "/mathjax/" in f["url"] and ".js" in f["url"]]
+    assert not scripts, f"{rel} loads MathJax: {scripts}"
+
 @pytest.mark.site
 def test_site_has_no_cdn_urls_in_scripts_and_styles(site):
     """Belt and braces for the browser test: no page references a CDN in a <script src> or
@@ -202,6 +238,89 @@ def test_site_has_no_cdn_urls_in_scripts_and_styles(site):
             bad.append(f"{rel}: {url}")
     assert not bad, "\n".join(bad)
 
+
+
+# --- the math, typeset at build time (assets/sphinx_ext/normcore_math.py) -------------------------
+
+
+def _math_ext():
+    sys.path.insert(0, str(ROOT / "assets" / "sphinx_ext"))
+    import normcore_math
+
+    return normcore_math
+
+
+@pytest.mark.site
+def test_pages_load_no_mathjax(site):
+    """Every page's math is in its HTML, typeset with assistive MathML, and no page loads a
+    MathJax script (tex-chtml.js was 1.2 MB of every page's weight)."""
+    import re
+
+    bad = []
+    for rel in PAGES:
+        text = (HTML / rel).read_text(encoding="utf-8")
+        if re.search(r'<script\b[^>]*src="[^"]*mathjax/', text) or "window.MathJax" in text:
+            bad.append(f"{rel}: loads MathJax")
+        for m in re.finditer(r'<(span|div) class="math notranslate[^"]*"[^>]*>(.*?)</\1>', text, re.S):
+            if "<mjx-container" not in m.group(2) or "<mjx-assistive-mml" not in m.group(2):
+                bad.append(f"{rel}: math not typeset at build time: {m.group(2)[:80]!r}")
+                break
+        if "<mjx-container" in text and '<style id="normcore-math"' not in text:
+            bad.append(f"{rel}: typeset math without its stylesheet")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.site
+def test_prerender_typesets_pages_and_widget_captions(tmp_path):
+    """The build step on a small site: inline, display and amsmath math, and a widget
+    caption (an HTMLMath value in the embedded widget state) come out as CHTML with
+    assistive MathML; the page gets the stylesheet, its fonts under _static/."""
+    import json
+
+    nm = _math_ext()
+    state = {"version_major": 2, "version_minor": 0, "state": {"m1": {
+        "model_name": "HTMLMathModel", "model_module": "@jupyter-widgets/controls",
+        "model_module_version": "2.0.0",
+        "state": {"value": '<div class="normcore-caption">grows with \\(\\epsilon\\) &amp; \\(K &lt; 4\\), 0&ndash;7</div>'}}}}
+    page = tmp_path / "chapters" / "p.html"
+    page.parent.mkdir()
+    page.write_text(
+        "<html><head><title>p</title></head><body>"
+        '<p>Inline <span class="math notranslate nohighlight">\\(a &lt; b\\)</span>.</p>'
+        '<div class="math notranslate nohighlight" id="equation-x"><span class="eqno">(1)</span>'
+        "\\[y = \\gamma \\hat{x} + \\beta\\]</div>"
+        '<div class="math notranslate nohighlight amsmath">\\[\\begin{align}a &amp;= b\\\\ c &amp;= d\\end{align}\\]</div>'
+        '<script type="application/vnd.jupyter.widget-state+json">' + json.dumps(state) + "</script>"
+        "</body></html>", encoding="utf-8")
+    counts = nm.prerender_site(tmp_path, config={"tex": {"packages": {"[-]": ["noundefined"]}}},
+                               node_modules=ROOT / "node_modules")
+    assert counts == {"pages": 1, "formulas": 5}
+    text = page.read_text(encoding="utf-8")
+    body = text.split("<script")[0]
+    assert body.count("<mjx-container") == 3 and body.count("<mjx-assistive-mml") == 3
+    assert "\\(" not in body and '<span class="eqno">(1)</span>' in body
+    assert 'url("../_static/mathjax/output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff")' in text
+    caption = json.loads(text.split('widget-state+json">')[1].split("</script>")[0])
+    value = caption["state"]["m1"]["state"]["value"]
+    assert value.count("<mjx-container") == 2 and "<mjx-assistive-mml" in value and "\\(" not in value
+    assert value.endswith(", 0\u20137</div>")  # a named entity, decoded (MathJax's parser knows few)
+    # a second run finds nothing left to do (an incremental build leaves typeset pages alone)
+    assert nm.prerender_site(tmp_path, config={}, node_modules=ROOT / "node_modules")["pages"] == 0
+
+
+@pytest.mark.site
+def test_undefined_macro_fails_the_build(tmp_path):
+    """An undefined TeX macro is a build error naming the page and the TeX, not a red box
+    that only a reader would see."""
+    from sphinx.errors import ExtensionError
+
+    nm = _math_ext()
+    (tmp_path / "bad.html").write_text(
+        '<html><head></head><body><span class="math notranslate nohighlight">\\(\\undefinedmacro{x}\\)</span>'
+        "</body></html>", encoding="utf-8")
+    with pytest.raises(ExtensionError, match=r"bad\.html: Undefined control sequence \\undefinedmacro"):
+        nm.prerender_site(tmp_path, config={"tex": {"packages": {"[-]": ["noundefined"]}}},
+                          node_modules=ROOT / "node_modules")
 
 def _readability_problems(page, *, phone: bool) -> list[str]:
     out = []
@@ -325,8 +444,6 @@ FROZEN_CELLS = [
 BAD_MD = textwrap.dedent("""\
     # A broken page
 
-    Broken math: $\\undefinedmacro{x}$.
-
     <img src="missing.png" alt="missing image">
 
     <img src="http://127.0.0.2:9/outside.png" alt="an image from another host">
@@ -370,6 +487,8 @@ def demo_site(tmp_path_factory):
     shutil.copytree(ROOT / "assets" / "static", src / "assets" / "static")
     shutil.copytree(ROOT / "assets" / "root", src / "assets" / "root")
     shutil.copytree(ROOT / "_templates", src / "_templates")
+    # the math extension (_config.yml's local_extensions), linked: it finds node_modules/ from there
+    os.symlink(ROOT / "assets" / "sphinx_ext", src / "assets" / "sphinx_ext", target_is_directory=True)
     shutil.copytree(vendor, src / "assets" / "_vendor")
     (src / "_toc.yml").write_text(
         "format: jb-book\nroot: good\nchapters:\n  - file: frozen\n  - file: bad\n", encoding="utf-8"
@@ -421,7 +540,6 @@ def test_checks_catch_a_broken_page(demo_site, browser):
     assert "missing.png" in problems and "HTTP 404" in problems
     assert "request outside the site: http://127.0.0.2:9/outside.png" in problems
     assert "a deliberate console error" in problems
-    assert "MathJax error" in problems and "undefinedmacro" in problems
     assert "image did not load: missing.png" in problems
     assert report.widgets["embed_js"] == 0  # no widgets, no 1.9 MB widget manager
 

@@ -171,6 +171,8 @@ def _wait_for_math(page) -> None:
     page.evaluate(
         """async () => {
             if (!document.querySelector('.math')) return;
+            // math typeset at build time (assets/sphinx_ext/normcore_math.py): no MathJax runs
+            if (!document.querySelector('script[src*="mathjax/"]')) return;
             const t0 = Date.now();
             while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
                 if (Date.now() - t0 > 15000) return;  // reported as untypeset math
@@ -420,6 +422,8 @@ def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) ->
 
 _IMG_SRC = re.compile(r"""<img\b[^>]*?\bsrc=["']([^"']+)["']""", re.I)
 _STATE = re.compile(r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.S)
+# typeset math, in the page or in the widget state (where JSON writes "</" as "<\/")
+_MATH_MARKUP = re.compile(r'<mjx-container\b.*?<\\?/mjx-container>|<style id="normcore-math".*?</style>', re.S)
 
 
 @dataclass
@@ -429,6 +433,7 @@ class PageWeight:
     images: int
     widget_state: int  # part of `html`
     embed_js: bool
+    math: int = 0  # part of `html`: the typeset math (CHTML markup, its stylesheet)
 
     @property
     def own(self) -> int:
@@ -450,7 +455,32 @@ def page_weight(html_dir: Path, rel: str) -> PageWeight:
             seen.add(f)
             images += f.stat().st_size
     state = sum(len(m.encode("utf-8")) for m in _STATE.findall(text))
-    return PageWeight(rel, len(text.encode("utf-8")), images, state, "html-manager/embed.js" in text)
+    math = sum(len(m.encode("utf-8")) for m in _MATH_MARKUP.findall(text))
+    return PageWeight(rel, len(text.encode("utf-8")), images, state, "html-manager/embed.js" in text, math)
+
+
+_LOADED_JS = """() => {
+    const n = performance.getEntriesByType('navigation')[0];
+    const files = [{url: n.name, bytes: n.decodedBodySize}].concat(
+        performance.getEntriesByType('resource').map(e => ({url: e.name, bytes: e.decodedBodySize})));
+    return {bytes: files.reduce((s, f) => s + f.bytes, 0), requests: files.length, files};
+}"""
+
+
+def loaded_weight(browser, server: LocalServer, rel: str, *, viewport: dict | None = None) -> dict:
+    """What the browser fetches for `rel` from a cold cache, once the network is idle after
+    the load event: {"bytes": decoded bytes, "requests": n, "files": [{"url", "bytes"}, ...]}."""
+    context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
+    try:
+        page = context.new_page()
+        page.goto(server.url(rel), wait_until="load", timeout=60_000)
+        try:
+            page.wait_for_load_state("networkidle", timeout=15_000)
+        except Exception:  # noqa: BLE001 - measured as it is
+            pass
+        return page.evaluate(_LOADED_JS)
+    finally:
+        context.close()
 
 
 def dir_size(path: Path) -> int:
