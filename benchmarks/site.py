@@ -12,12 +12,14 @@ the first; "loaded" is what the browser actually fetched for the page (decoded b
 everything included, cold cache). Load time is navigation start to the end of the load event,
 cold cache, from a server on 127.0.0.1; "ready" (time to interactive) is navigation start to
 the moment the page's math is typeset and every widget is rendered (and so responds). Prints; asserts nothing (the budget is asserted by
-tests/test_site.py).
+tests/test_site.py). The closing note sets "loaded" and "ready" beside the same figures measured
+before the page-weight work (benchmarks/site_before.json, written by `--save`) and the goals.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -31,6 +33,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 import sitecheck  # noqa: E402
 
 MB = 1024 * 1024
+#: the site as it was measured before the page-weight work (issue 8): `--save` wrote it
+BEFORE = ROOT / "benchmarks" / "site_before.json"
+#: what a page may load (decoded bytes, cold cache), as tests/test_site.py asserts it
+GOALS = {"intro": 1.5 * MB, "chapter": 4 * MB}
 
 
 def clean_build() -> float:
@@ -48,10 +54,9 @@ def clean_build() -> float:
 _READY_JS = """async () => {
     const t0 = Date.now();
     while (Date.now() - t0 < 30000) {
-        const mathOk = !document.querySelector('.math') ||
-            (window.MathJax && MathJax.startup && MathJax.startup.promise &&
-             document.querySelectorAll('.math').length ===
-             document.querySelectorAll('.math mjx-container').length);
+        // every formula typeset: at build time (no MathJax on the page), or by MathJax
+        const mathOk = Array.from(document.querySelectorAll('.math'))
+            .every(e => e.querySelector('mjx-container'));
         const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'));
         const widgetsOk = views.every(s => s.previousElementSibling &&
             s.previousElementSibling.querySelector && s.previousElementSibling.querySelector('.jupyter-widgets'));
@@ -75,6 +80,12 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                     context = browser.new_context(viewport=sitecheck.VIEWPORT)
                     page = context.new_page()
                     page.goto(server.url(rel), wait_until="load")
+                    ready.append(page.evaluate(_READY_JS))
+                    # what is fetched after the load event (fonts, frames) counts too
+                    try:
+                        page.wait_for_load_state("networkidle", timeout=15_000)
+                    except Exception:  # noqa: BLE001 - measured as it is
+                        pass
                     t = page.evaluate(
                         """() => {
                             const n = performance.getEntriesByType('navigation')[0];
@@ -84,7 +95,6 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                                     requests: 1 + r.length};
                         }"""
                     )
-                    ready.append(page.evaluate(_READY_JS))
                     times.append(t["load"])
                     loaded, nreq = t["bytes"], t["requests"]
                     context.close()
@@ -101,6 +111,9 @@ def main() -> None:
     ap.add_argument("--clean-build", action="store_true", help="time `rm -rf _build && jupyter-book build --all -W -n --keep-going .` first")
     ap.add_argument("--runs", type=int, default=3, help="page loads per page (median reported)")
     ap.add_argument("--toc", type=Path, default=None, help="the _toc.yml of --html's book (default: the book's own)")
+    ap.add_argument("--save", type=Path, default=None, help="write the measurements as JSON (e.g. a baseline)")
+    ap.add_argument("--before", type=Path, default=BEFORE,
+                    help=f"measurements to compare with in the closing note (default: {BEFORE.relative_to(ROOT)})")
     args = ap.parse_args()
 
     if args.clean_build:
@@ -118,18 +131,20 @@ def main() -> None:
     embed = static / "html-manager" / "embed.js"
     mathjax = static / "mathjax"
     print(f"{'page':40s} {'own MB':>7s} {'budget':>7s} {'html':>9s} {'w-state':>9s} {'images':>9s} "
-          f"{'embed.js':>8s} {'loaded MB':>9s} {'reqs':>5s} {'load ms':>8s} {'ready ms':>8s}")
+          f"{'math':>8s} {'embed.js':>8s} {'loaded MB':>9s} {'reqs':>5s} {'load ms':>8s} {'ready ms':>8s}")
     for w in weights:
         ld = loads.get(w.rel, {})
         print(
             f"{w.rel:40s} {w.own / MB:7.3f} {w.own / sitecheck.PAGE_BUDGET:6.1%} {w.html:9d} "
-            f"{w.widget_state:9d} {w.images:9d} {'yes' if w.embed_js else 'no':>8s} "
+            f"{w.widget_state:9d} {w.images:9d} {w.math:8d} {'yes' if w.embed_js else 'no':>8s} "
             f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} {ld.get('load_ms', float('nan')):8.0f}"
             f" {ld.get('ready_ms', float('nan')):8.0f}"
         )
     print()
+    print("(math: bytes of the page's HTML that are typeset math, CHTML markup and its stylesheet)")
     print(f"shared _static/: {sitecheck.dir_size(static) / MB:.2f} MB on disk "
-          f"(mathjax/ {sitecheck.dir_size(mathjax) / MB:.2f} MB, loaded lazily in part; "
+          f"(mathjax/ {sitecheck.dir_size(mathjax) / MB:.2f} MB, "
+          f"{'the fonts only: the math is typeset at build time' if not (mathjax / 'tex-chtml.js').is_file() else 'loaded lazily in part'}; "
           f"html-manager/ {sitecheck.dir_size(static / 'html-manager') / MB:.2f} MB)")
     if embed.is_file():
         on = [w.rel for w in weights if w.embed_js]
@@ -140,6 +155,29 @@ def main() -> None:
           f"{heaviest.own / sitecheck.PAGE_BUDGET:.1%} of the 3 MB budget")
     if not loads:
         print(f"(load times not measured: {sitecheck.CHROMIUM} is missing)")
+        return
+    now = {rel: {"loaded": ld["loaded"], "ready_ms": ld["ready_ms"], "load_ms": ld["load_ms"]}
+           for rel, ld in loads.items()}
+    if args.save:
+        args.save.write_text(json.dumps(now, indent=1) + "\n", encoding="utf-8")
+        print(f"measurements written to {args.save}")
+    closing_note(now, args.before)
+
+
+def closing_note(now: dict, before_file: Path) -> None:
+    """Before and after, per page: loaded MB (cold cache) and ready ms, against the goals."""
+    before = json.loads(before_file.read_text(encoding="utf-8")) if before_file.is_file() else {}
+    print()
+    print(f"closing note: loaded MB and ready ms, before ({before_file.name}) and now; "
+          f"goals: the intro under {GOALS['intro'] / MB:.1f} MB, a chapter under {GOALS['chapter'] / MB:.0f} MB, "
+          "widgets interactive under 2000 ms")
+    print(f"{'page':40s} {'before MB':>9s} {'now MB':>7s} {'goal MB':>7s} {'before ms':>9s} {'now ms':>7s}")
+    for rel, n in now.items():
+        b = before.get(rel, {})
+        goal = GOALS["intro"] if rel.endswith("intro.html") else GOALS["chapter"]
+        flag = "" if n["loaded"] <= goal else "  OVER"
+        print(f"{rel:40s} {b.get('loaded', float('nan')) / MB:9.2f} {n['loaded'] / MB:7.2f} {goal / MB:7.1f} "
+              f"{b.get('ready_ms', float('nan')):9.0f} {n['ready_ms']:7.0f}{flag}")
 
 
 if __name__ == "__main__":
