@@ -311,16 +311,24 @@ def test_prerender_typesets_pages_and_widget_captions(tmp_path):
 @pytest.mark.site
 def test_undefined_macro_fails_the_build(tmp_path):
     """An undefined TeX macro is a build error naming the page and the TeX, not a red box
-    that only a reader would see."""
+    that only a reader would see; so is TeX in a widget label, which nothing would typeset."""
+    import json
+
     from sphinx.errors import ExtensionError
 
     nm = _math_ext()
     (tmp_path / "bad.html").write_text(
         '<html><head></head><body><span class="math notranslate nohighlight">\\(\\undefinedmacro{x}\\)</span>'
         "</body></html>", encoding="utf-8")
-    with pytest.raises(ExtensionError, match=r"bad\.html: Undefined control sequence \\undefinedmacro"):
+    state = {"state": {"m": {"model_name": "LabelModel", "state": {"value": "groups \\(G\\)"}}}}
+    (tmp_path / "label.html").write_text(
+        '<html><head></head><body><script type="application/vnd.jupyter.widget-state+json">'
+        + json.dumps(state) + "</script></body></html>", encoding="utf-8")
+    with pytest.raises(ExtensionError) as err:
         nm.prerender_site(tmp_path, config={"tex": {"packages": {"[-]": ["noundefined"]}}},
                           node_modules=ROOT / "node_modules")
+    assert "bad.html: Undefined control sequence \\undefinedmacro" in str(err.value)
+    assert "label.html: TeX in a widget's LabelModel.value" in str(err.value)
 
 def _readability_problems(page, *, phone: bool) -> list[str]:
     out = []

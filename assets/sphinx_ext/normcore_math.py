@@ -71,6 +71,8 @@ class PageMath:
     fragments: list[str] = field(default_factory=list)
     # ("html", match) for a .math element; ("state", (script match, model id)) for a caption
     places: list[tuple] = field(default_factory=list)
+    # TeX that nothing would typeset: a widget's label or description (shown as text)
+    problems: list[str] = field(default_factory=list)
 
 
 def find_node_modules(*starts: Path) -> Path:
@@ -96,11 +98,20 @@ def collect(path: Path) -> PageMath | None:
     for s in _STATE.finditer(text):
         state = json.loads(s.group(2))
         for model_id, model in state.get("state", {}).items():
-            value = model.get("state", {}).get("value")
-            if model.get("model_name") == "HTMLMathModel" and isinstance(value, str) and _TEX.search(value):
+            name, fields = model.get("model_name"), model.get("state", {})
+            value = fields.get("value")
+            if name == "HTMLMathModel" and isinstance(value, str) and _TEX.search(value):
                 page.fragments.append(value)
                 page.places.append(("state", (s, model_id)))
-    return page if page.fragments else None
+                continue
+            # ipywidgets shows these as text (or as HTML MathJax would have typeset): with
+            # no MathJax on the page their TeX would show raw
+            for key in ("value", "description"):
+                v = fields.get(key)
+                if isinstance(v, str) and _TEX.search(v) and not (key == "value" and name == "HTMLMathModel"):
+                    page.problems.append(f"TeX in a widget's {name}.{key}, which nothing typesets "
+                                         f"(put math in an HTMLMath caption): {v[:80]!r}")
+    return page if page.fragments or page.problems else None
 
 
 _NAMED_ENTITY = re.compile(r"&([A-Za-z][A-Za-z0-9]*;)")
@@ -216,6 +227,8 @@ def prerender_site(outdir: Path, *, config: dict, node_modules: Path, jobs: int 
             pages.append(page)
 
     def one(page: PageMath):
+        if not page.fragments:
+            return page, {"formulas": 0, "errors": []}
         depth = len(page.path.relative_to(outdir).parts) - 1
         font_url = "../" * depth + FONTS
         result = typeset(page.fragments, node_modules=node_modules, font_url=font_url, config=config)
@@ -229,12 +242,13 @@ def prerender_site(outdir: Path, *, config: dict, node_modules: Path, jobs: int 
             rel = page.path.relative_to(outdir).as_posix()
             for e in result["errors"]:
                 errors.append(f"{rel}: {e['message']} in {e['tex']!r}")
+            errors += [f"{rel}: {p}" for p in page.problems]
     if errors:
         raise ExtensionError(
-            f"normcore_math: {len(errors)} TeX error(s) (the page shows them as red boxes):\n  "
+            f"normcore_math: {len(errors)} TeX error(s) (the page shows them as red boxes or raw TeX):\n  "
             + "\n  ".join(errors)
         )
-    return {"pages": len(pages), "formulas": formulas}
+    return {"pages": sum(1 for p in pages if p.fragments), "formulas": formulas}
 
 
 # --- Sphinx ------------------------------------------------------------------------------
