@@ -533,6 +533,11 @@ from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
 
 DIAGNOSES += ADAIN_DIAGNOSES
 
+# --- the WS backward and WS folding ops (normcore/exercises/ws.py, ws_fold.py)
+from test_exercises_ws import WS_DIAGNOSES  # noqa: E402
+
+DIAGNOSES += WS_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -634,7 +639,8 @@ def _variant_as_student(spec, cases, base, cand, refs):
 # the WS entries that only make sense for the other conventions
 _NOT_FOR = {"original": {"unbiased_var", "eps_outside_sqrt"},
             "bit": {"biased_var", "eps_inside_sqrt"}}
-VARIANT_RUNS = [(op, {}) for op in ex.OPS] + [("weight_standardize", {"convention": "bit"})]
+_WS_OPS = ("weight_standardize", "weight_standardize_backward", "fold_ws")
+VARIANT_RUNS = [(op, {}) for op in ex.OPS] + [(op, {"convention": "bit"}) for op in _WS_OPS]
 
 
 @pytest.mark.parametrize("op, options", VARIANT_RUNS,
@@ -647,8 +653,10 @@ def test_every_variant_is_diagnosed_as_itself(op, options):
     cands = [c for c, _ in ex._distinct_candidates(spec, base, cases, refs, o)]
     keys = {k for c in cands for k in c.keys}
     expected = {m.key for m in ex.catalogue(op)}
-    if op == "weight_standardize":
+    if op in _WS_OPS:
         expected -= _NOT_FOR[o["convention"]]
+    if op == "fold_ws" and o["convention"] == "original":
+        expected.add("eps_outside_sqrt")     # BatchNorm's eps, whatever the WS convention
     assert keys == expected, "every entry of the op is reachable on the test sets"
     for cand in cands:
         report = check(op, _variant_as_student(spec, cases, base, cand, refs), **options)

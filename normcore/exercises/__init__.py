@@ -73,11 +73,19 @@ op                        the student writes
                           BatchNorm folded in (:func:`normcore.fold.fold_bn`)
 ``chan_merge``            ``f(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)``:
                           Chan's merge of two parts (:func:`normcore.stats.chan_merge`)
+``weight_standardize_backward``
+                          ``f(dw_hat, w, eps) -> dw``: the gradient through
+                          ``weight_standardize``, for its weights and its option
+                          ``convention=``
+``fold_ws``               ``f(weight, bias, eps_ws, gamma, beta, running_mean, running_var,
+                          eps_bn) -> (weight, bias)``: a WS ``Conv2d`` (option
+                          ``convention=``) and an eval-mode BatchNorm folded into one
+                          plain ``Conv2d`` (:func:`normcore.fold.fold_ws`, ``fold_bn``)
 ========================  =============================================================
 
 Options of :func:`check`: ``seed`` (default 0) changes the inputs; ``ndims`` restricts the
 input ranks (e.g. ``ndims=(4,)`` for an exercise that only asks for ``(N, C, H, W)``);
-``convention`` for ``weight_standardize``.
+``convention`` for ``weight_standardize``, ``weight_standardize_backward`` and ``fold_ws``.
 
 The report prints as plain text and is deterministic (no addresses, no timings, numbers
 rounded to three significant digits), so notebooks can show it under nbval.
@@ -99,10 +107,11 @@ module                      what it holds
                             :func:`reference`
 :mod:`.forward`             ops ``batch_norm``, ``layer_norm``, ``instance_norm``,
                             ``group_norm``
-:mod:`.ws`                  op ``weight_standardize``
+:mod:`.ws`                  ops ``weight_standardize``, ``weight_standardize_backward``
 :mod:`.running`             ops ``running_update``, ``fold_bn``, ``chan_merge``
 :mod:`.backward`            op ``batch_norm_backward``
 :mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
+:mod:`.ws_fold`             op ``fold_ws`` (WS and BatchNorm folded for inference)
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
@@ -136,7 +145,7 @@ from .report import Report
 
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
-FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer")
+FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer", "ws_fold")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family
