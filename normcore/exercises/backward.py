@@ -15,8 +15,8 @@ from .forward import NORM_WHY
 from .inputs import SET_NAMES, Case, affine, draw, structured
 from .ops import Op, locate_sample_channel, register
 from .report import dtype_text, shape_text
-from .variants import role_layout, role_names, role_variants, same_set_as, spatial_names, \
-    variant
+from .variants import knob_stats, role_layout, role_names, role_variants, same_set_as, \
+    spatial_names, variant
 
 _INPUT_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
 #: The roles BatchNorm's set spans (from the table): the sums of its gradient run over them.
@@ -104,12 +104,7 @@ class BatchNormBackwardOp(Op):
             x = case.args["x"].clone().requires_grad_(True)
             gamma = case.args["gamma"].clone().requires_grad_(True)
             beta = torch.zeros_like(gamma, requires_grad=True)
-            var, mean = torch.var_mean(x.reshape(lay.view_shape), dim=lay.reduce_dims,
-                                       correction=spec["correction"], keepdim=True)
-            if not spec["mean_grad"]:
-                mean = mean.detach()
-            if not spec["var_grad"]:
-                var = var.detach()
+            mean, var = knob_stats(x, lay, spec, spec["correction"])
             y = normalize(x, lay, case.eps, gamma if with_gamma else None, beta, mean=mean,
                           var=var).output
             return torch.autograd.grad(y, (x, gamma, beta), dy, allow_unused=True)

@@ -27,7 +27,7 @@ from .forward import unbiased_why
 from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
 from .ops import Op, register
 from .report import dtype_text, number, shape_text
-from .variants import variant
+from .variants import knob_stats, variant
 
 _DIMS = ("N", "C", "H", "W")
 
@@ -332,12 +332,7 @@ class LayerNormBackwardOp(_LayerShapeBase):
             x = x0.clone().requires_grad_(True)
             gamma = g0.clone().requires_grad_(True)
             beta = torch.zeros_like(gamma, requires_grad=True)
-            var, mean = torch.var_mean(x.reshape(lay.view_shape), dim=lay.reduce_dims,
-                                       correction=0, keepdim=True)
-            if not spec["mean_grad"]:
-                mean = mean.detach()
-            if not spec["var_grad"]:
-                var = var.detach()
+            mean, var = knob_stats(x, lay, spec)
             y = normalize(x, lay, case.eps, gamma if gamma_in_graph else None, beta,
                           mean=mean, var=var).output
             return torch.autograd.grad(y, (x, gamma, beta), dy_in, allow_unused=True)

@@ -19,7 +19,8 @@ from .catalogue import Misconception, add
 from .inputs import SET_NAMES, Case, draw
 from .ops import Op, register
 from .report import dtype_text, shape_text
-from .variants import role_layout, role_names, role_variants, spatial_names, variant
+from .variants import knob_stats, role_layout, role_names, role_variants, spatial_names, \
+    variant
 
 #: Each convention's formula, in words.
 CONVENTION_FORMULA = {
@@ -131,11 +132,17 @@ class WeightStandardizeOp(Op):
         out.append(variant("no_eps", {"eps": "none", "eps_mode": conv["eps_mode"]}))
         return out
 
-    def evaluate(self, spec, case):
+    @staticmethod
+    def reduce_layout(spec, case):
+        """The filters' layout, or the one of a ``wrong_axes`` variant's reduce set (``None``
+        if that set names no dim of this input, e.g. (kH, kW) of a 2-D weight)."""
         base = axes.layout("layer", case.shape)
-        lay = base if spec["reduce"] is None else role_layout(base, spec["reduce"][1])
+        return base if spec["reduce"] is None else role_layout(base, spec["reduce"][1])
+
+    def evaluate(self, spec, case):
+        lay = self.reduce_layout(spec, case)
         if lay is None:
-            return None  # this reduce set names no dim of this input (e.g. (H, W) of (N, C))
+            return None
         eps = case.eps if spec["eps"] == "given" else 0.0
         return (normalize(case.args["w"], lay, eps, correction=spec["correction"],
                           eps_mode=spec["eps_mode"]).output,)
@@ -287,19 +294,13 @@ class WeightStandardizeBackwardOp(WeightStandardizeOp):
                 ] + super().candidates(options, cases)
 
     def evaluate(self, spec, case):
-        base = axes.layout("layer", case.shape)
-        lay = base if spec["reduce"] is None else role_layout(base, spec["reduce"][1])
+        lay = self.reduce_layout(spec, case)
         if lay is None:
-            return None  # this reduce set names no dim of this input
+            return None
         eps = case.eps if spec["eps"] == "given" else 0.0
         with torch.enable_grad():
             w = case.args["w"].clone().requires_grad_(True)
-            var, mean = torch.var_mean(w.reshape(lay.view_shape), dim=lay.reduce_dims,
-                                       correction=spec["correction"], keepdim=True)
-            if not spec["mean_grad"]:
-                mean = mean.detach()
-            if not spec["var_grad"]:
-                var = var.detach()
+            mean, var = knob_stats(w, lay, spec, spec["correction"])
             w_hat = normalize(w, lay, eps, mean=mean, var=var,
                               eps_mode=spec["eps_mode"]).output
             dw, = torch.autograd.grad(w_hat, w, case.args["dw_hat"])

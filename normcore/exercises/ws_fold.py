@@ -24,7 +24,7 @@ from .catalogue import Misconception, add
 from .inputs import SET_NAMES, Case, affine, draw
 from .ops import register
 from .report import dtype_text, shape_text
-from .running import FoldBatchNormOp
+from .running import FoldBatchNormOp, fold_with_bn
 from .variants import variant
 from .ws import WeightStandardizeOp
 
@@ -110,15 +110,9 @@ class FoldWeightStandardizeOp(WeightStandardizeOp):
             C_out, C_in = weight.shape[:2]
             conv = WSConv2d(C_in, C_out, tuple(weight.shape[2:]), ws_eps=eps_ws,
                             convention=convention, dtype=weight.dtype)
-            bn = torch.nn.BatchNorm2d(C_out, eps=eps_bn, dtype=weight.dtype).eval()
-            with torch.no_grad():
-                for module, values in ((conv, (weight, bias)), (bn, (gamma, beta))):
-                    module.weight.copy_(values[0])
-                    module.bias.copy_(values[1])
-                bn.running_mean.copy_(running_mean)
-                bn.running_var.copy_(running_var)
-            fused = fold.fold_bn(fold.fold_ws(conv), bn)
-            return fused.weight.detach(), fused.bias.detach()
+            # fold_bn(fold_ws(conv), bn)
+            return fold_with_bn(conv, weight, bias, gamma, beta, running_mean, running_var,
+                                eps_bn, prepare=fold.fold_ws)
         return fold_ws
 
     def call(self, fn, case):
