@@ -84,9 +84,10 @@ _add(Misconception(
     "You computed `dx = gamma * r * (dy - mean(dy) - x_hat * mean(dy * x_hat))`, with gamma "
     "outside the means, as BatchNorm's backward can be written.",
     "In BatchNorm gamma is one number per set (per channel), so it factors out of the sums "
-    "over the set. In LayerNorm gamma has one entry per element of the set, so the sums "
+    "over the set. In {norm} gamma has {gamma_per_set}, so the sums "
     "must be of d = gamma * dy: `dx = r * (d - mean(d) - x_hat * mean(d * x_hat))`.",
-    "Form `d = gamma * dy` first and take both means of d."))
+    "Form `d = gamma * dy` first and take both means of d.",
+    defaults={"gamma_per_set": "one entry per element of the set"}))
 
 
 def _ns_text(shape, k) -> str:
