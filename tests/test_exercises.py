@@ -533,6 +533,11 @@ from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
 
 DIAGNOSES += ADAIN_DIAGNOSES
 
+# --- the GroupNorm chapter's backward op (normcore/exercises/group.py)
+from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402
+
+DIAGNOSES += GROUP_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -585,6 +590,7 @@ CORRECT = [
     ("fold_bn", fold_correct, {}),
     ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
     ("chan_merge", chan_correct, {}),
+    ("group_norm_backward", gn_bwd_correct, {}),
 ] + ADAIN_CORRECT
 
 

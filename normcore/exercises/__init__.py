@@ -65,6 +65,8 @@ op                        the student writes
                           ``r <- (1 - m) r + m s``); ``x`` is ``(N, C)`` or ``(N, C, H, W)``
 ``batch_norm_backward``   ``f(dy, x, gamma, eps) -> (dx, dgamma, dbeta)`` of training-mode
                           BatchNorm
+``group_norm_backward``   ``f(dy, x, num_groups, gamma, eps) -> (dx, dgamma, dbeta)`` of
+                          GroupNorm; ``x`` is ``(N, C, *)``, gamma ``(C,)``
 ``weight_standardize``    ``f(w, eps) -> w_hat`` for a conv weight ``(C_out, C_in, kH, kW)``;
                           option ``convention=`` ``"original"`` (default), ``"bit"`` or
                           ``"timm"`` (:data:`normcore.functional.WS_CONVENTIONS`)
@@ -103,6 +105,7 @@ module                      what it holds
 :mod:`.running`             ops ``running_update``, ``fold_bn``, ``chan_merge``
 :mod:`.backward`            op ``batch_norm_backward``
 :mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
+:mod:`.group`               op ``group_norm_backward`` (the GroupNorm chapter)
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
@@ -136,7 +139,7 @@ from .report import Report
 
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
-FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer")
+FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer", "group")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family
