@@ -558,6 +558,7 @@ def test_student_mistake_is_named(op, fn, options, keys, words):
     assert "What you did:" in text and "Why it is wrong:" in text and "What to change:" in text
     assert report.max_abs_error is not None and report.max_abs_error > 0
     assert "Largest error:" in flat(report.message)
+    assert all(len(line) <= 80 for line in report.message.splitlines()), text
 
 
 def test_every_catalogue_entry_has_a_student_test():

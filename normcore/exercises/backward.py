@@ -31,6 +31,17 @@ def per_channel_view(t: torch.Tensor, ndim: int) -> torch.Tensor:
     return t.view([1, -1] + [1] * (ndim - 2))
 
 
+def autograd_grads(forward, dy, x, gamma) -> tuple[torch.Tensor, ...]:
+    """``(dx, dgamma, dbeta)`` of ``y = forward(x, gamma, beta)`` at beta = 0 for the
+    upstream gradient ``dy``, by autograd: the backward ops' references."""
+    with torch.enable_grad():
+        x = x.detach().clone().requires_grad_(True)
+        gamma = gamma.detach().clone().requires_grad_(True)
+        beta = torch.zeros_like(gamma, requires_grad=True)
+        grads = torch.autograd.grad(forward(x, gamma, beta), (x, gamma, beta), dy)
+    return tuple(t.detach() for t in grads)
+
+
 def backward_variant(spec: dict, lay: Layout, eps: float, dy, x0, gamma0):
     """``(dx, dgamma, dbeta)`` of ``y = normalize(x, lay, eps, gamma, beta)`` (gamma per
     channel) by autograd, with the knobs of ``spec`` turned: ``correction``; ``mean_grad``,
@@ -103,13 +114,8 @@ class BatchNormBackwardOp(Op):
     # ---- the reference and the call -------------------------------------------------------
     def solution(self, options):
         def batch_norm_backward(dy, x, gamma, eps):
-            with torch.enable_grad():
-                x = x.detach().clone().requires_grad_(True)
-                gamma = gamma.detach().clone().requires_grad_(True)
-                beta = torch.zeros_like(gamma, requires_grad=True)
-                y = functional.batch_norm(x, None, None, gamma, beta, training=True, eps=eps)
-                grads = torch.autograd.grad(y, (x, gamma, beta), dy)
-            return tuple(t.detach() for t in grads)
+            return autograd_grads(lambda x, w, b: functional.batch_norm(
+                x, None, None, w, b, training=True, eps=eps), dy, x, gamma)
         return batch_norm_backward
 
     def call(self, fn, case):

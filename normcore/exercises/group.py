@@ -16,14 +16,12 @@ import dataclasses
 import torch
 
 from .. import functional
-from .backward import BatchNormBackwardOp
+from .backward import BatchNormBackwardOp, autograd_grads
 from .catalogue import Misconception, add as _add
 from .forward import strided_order
 from .ops import register
 from .report import shape_text
 from .variants import variant
-
-_INPUT_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
 
 _add(Misconception(
     "affine_grad_per_group", "dgamma or dbeta summed per group instead of per channel",
@@ -94,13 +92,8 @@ class GroupNormBackwardOp(BatchNormBackwardOp):
 
     def solution(self, options):
         def group_norm_backward(dy, x, num_groups, gamma, eps):
-            with torch.enable_grad():
-                x = x.detach().clone().requires_grad_(True)
-                gamma = gamma.detach().clone().requires_grad_(True)
-                beta = torch.zeros_like(gamma, requires_grad=True)
-                y = functional.group_norm(x, num_groups, gamma, beta, eps)
-                grads = torch.autograd.grad(y, (x, gamma, beta), dy)
-            return tuple(t.detach() for t in grads)
+            return autograd_grads(lambda x, w, b: functional.group_norm(
+                x, num_groups, w, b, eps), dy, x, gamma)
         return group_norm_backward
 
     def call(self, fn, case):
@@ -108,9 +101,7 @@ class GroupNormBackwardOp(BatchNormBackwardOp):
         return fn(a["dy"].clone(), a["x"].clone(), case.groups, a["gamma"].clone(), case.eps)
 
     def call_hint(self, options):
-        return ("The checker calls " + self.call_text + " with dy and x of shape "
-                + " and ".join(_INPUT_SHAPES[d] for d in options["ndims"])
-                + ", num_groups an int that divides C.")
+        return super().call_hint(options).rstrip(".") + ", and num_groups a divisor of C."
 
     # ---- variants -----------------------------------------------------------------------
     def base_spec(self, options):

@@ -22,6 +22,7 @@ import torch
 
 from .. import axes, functional, stats
 from ..functional import normalize
+from .backward import autograd_grads
 from .catalogue import Misconception, add as _add
 from .forward import unbiased_why
 from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
@@ -288,13 +289,8 @@ class LayerNormBackwardOp(_LayerShapeBase):
 
     def solution(self, options):
         def layer_norm_backward(dy, x, normalized_shape, gamma, eps):
-            with torch.enable_grad():
-                x = x.detach().clone().requires_grad_(True)
-                gamma = gamma.detach().clone().requires_grad_(True)
-                beta = torch.zeros_like(gamma, requires_grad=True)
-                y = functional.layer_norm(x, normalized_shape, gamma, beta, eps)
-                grads = torch.autograd.grad(y, (x, gamma, beta), dy)
-            return tuple(t.detach() for t in grads)
+            return autograd_grads(lambda x, w, b: functional.layer_norm(
+                x, normalized_shape, w, b, eps), dy, x, gamma)
         return layer_norm_backward
 
     def call(self, fn, case):
