@@ -32,7 +32,7 @@ class Misconception:
     why: str
     fix: str
     ops: tuple[str, ...] = ()
-    defaults: dict = dataclasses.field(default_factory=dict)
+    defaults: dict = dataclasses.field(default_factory=dict, hash=False)
 
     def render(self, fields: dict) -> tuple[str, str, str]:
         """``(did, why, fix)`` with the op's template fields filled in."""
