@@ -538,6 +538,11 @@ from test_exercises_ws import WS_DIAGNOSES  # noqa: E402
 
 DIAGNOSES += WS_DIAGNOSES
 
+# --- the GroupNorm chapter's backward op (normcore/exercises/group.py)
+from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402
+
+DIAGNOSES += GROUP_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -558,6 +563,7 @@ def test_student_mistake_is_named(op, fn, options, keys, words):
     assert "What you did:" in text and "Why it is wrong:" in text and "What to change:" in text
     assert report.max_abs_error is not None and report.max_abs_error > 0
     assert "Largest error:" in flat(report.message)
+    assert all(len(line) <= 80 for line in report.message.splitlines()), text
 
 
 def test_every_catalogue_entry_has_a_student_test():
@@ -590,6 +596,7 @@ CORRECT = [
     ("fold_bn", fold_correct, {}),
     ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
     ("chan_merge", chan_correct, {}),
+    ("group_norm_backward", gn_bwd_correct, {}),
 ] + ADAIN_CORRECT
 
 
