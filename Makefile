@@ -71,8 +71,7 @@ book-nosolutions: vendor
 #    one notebook's cells in one worker (one kernel);
 # 2. a clean build of the book (warnings are errors);
 # 3. the browser tests of that fresh build (the site, and its accessibility), and of the
-#    book without solutions (`make book-nosolutions`), two test files at a time (each
-#    worker its own browser; much of a page check is waiting for the page).
+#    book without solutions (`make book-nosolutions`).
 # pytest's exit code 5 (nothing collected) fails the target like any other non-zero code.
 
 test:
@@ -86,7 +85,7 @@ test-site: vendor
 	rm -rf $(HTML) _build/.doctrees _build/screenshots
 	$(JB) build $(BUILD_FLAGS) .
 	$(MAKE) book-nosolutions
-	$(BIN)/pytest -n 2 --dist loadfile -m site tests/test_site.py tests/test_a11y.py tests/test_classroom.py
+	$(BIN)/pytest -m site tests/test_site.py tests/test_a11y.py tests/test_classroom.py
 
 # --- notebooks ---------------------------------------------------------------------------
 
