@@ -121,12 +121,6 @@ class Layout:
         """Shape of the (keepdim) statistics in the view."""
         return tuple(1 if d in self.reduce_dims else s for d, s in enumerate(self.view_shape))
 
-    @property
-    def gamma_constant_on_sets(self) -> bool:
-        """True when gamma has one value per set (BN, IN, GN): then gamma / sqrt(var + eps)
-        folds into one small per-set scale."""
-        return all(self.affine_view_shape[d] == 1 for d in self.reduce_dims)
-
 
 # ---------------------------------------------------------------------------------------
 # checks (one message per mistake)

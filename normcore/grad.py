@@ -153,11 +153,12 @@ Precision
 ---------
 float16 / bfloat16 inputs are computed in float32, and the results (outputs and gradients)
 are cast back to the dtypes of the tensors they belong to, as in
-:mod:`normcore.core`.  :math:`\hat x` is saved in that float32 compute
-dtype.  The saved :math:`\hat x` forgets how it depends on :math:`x`, so a second
-derivative cannot use it: when a backward runs with ``create_graph=True``, ``Normalize``
-differentiates the formula itself, recomputed from the saved inputs (autograd through
-:func:`normcore.core.normalize_formula`), and the result is differentiable again.
+:mod:`normcore.core`.  What the backward keeps (:math:`\hat x`, or :math:`x-\mu` where
+gamma folds into a small per-set scale) is in that float32 compute dtype.  It forgets how
+it depends on :math:`x`, so a second derivative cannot use it: when a backward runs with
+``create_graph=True``, ``Normalize`` differentiates the formula itself, recomputed from
+the saved inputs (autograd through :func:`normcore.core.normalize_formula`), and the
+result is differentiable again.
 ``WeightStandardize`` is ``once_differentiable`` and refuses a second derivative.
 """
 from __future__ import annotations
@@ -167,8 +168,8 @@ from torch.autograd.function import once_differentiable
 
 from . import _checks as checks
 from .axes import Layout, layout
-from .core import (Normalized, normalize_formula, standardize, sum_keep,
-                   sum_of_products, weighted_sum)
+from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments,
+                   normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products)
 
 __all__ = [
     "Normalize", "WeightStandardize", "boxed_backward",
@@ -250,29 +251,33 @@ class Normalize(torch.autograd.Function):
     ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var)``; ``mean`` and
     ``var`` (biased, in the view's keepdim shape) are there for running statistics and are
     not differentiable.
+
+    What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
+    part of each set (:func:`normcore.core.scale_is_small`), so that
+    :math:`y = (x-\mu)(\gamma r) + \beta` never forms :math:`\hat x = (x-\mu)\,r`; and
+    :math:`\hat x` itself for LN and RMSNorm, whose gamma multiplies it element by element.
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, lay: Layout, eps: float):
-        xhat, mean, var, inv_std = standardize(x, lay, eps)             # (1)-(4)
-        cdt = xhat.dtype
-        w = None if weight is None else weight.to(cdt).reshape(lay.affine_view_shape)
-        b = None if bias is None else bias.to(cdt).reshape(lay.affine_view_shape)
-        # (5) y = gamma * x_hat + beta, written through the view into a fresh tensor of the
-        # input's shape (an output that were a view, or x_hat itself, could not be modified
-        # in place by the caller)
-        y = torch.empty(lay.shape, dtype=cdt, device=xhat.device)
+        xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
+        # The output: a fresh tensor of the input's shape, written through the view (an
+        # output that were a view could not be modified in place by the caller)
+        y = torch.empty(lay.shape, dtype=xv.dtype, device=xv.device)
         yv = y.view(lay.view_shape)
-        if w is not None and b is not None:
-            torch.mul(xhat, w, out=yv).add_(b)   # (out-of-place addcmul is slow on CPU)
-        elif w is not None:
-            torch.mul(xhat, w, out=yv)
-        elif b is not None:
-            torch.add(xhat, b, out=yv)
+        keep = any(ctx.needs_input_grad[:3])          # a backward may come
+        # x - mu goes straight into y when nothing is kept, and (4)-(5) then work in place
+        mean, var, centered = moments(xv, lay, out=None if keep else yv)      # (1)-(2)
+        inv_std = inverse_std(var, eps)                                        # (3)
+        if not keep or scale_is_small(lay):
+            apply_affine(centered, inv_std, lay, weight, bias, out=yv)         # (4)-(5)
+            kept, kept_is_xhat = centered, False                               # x - mu
         else:
-            yv.copy_(xhat)
-        ctx.save_for_backward(xhat, inv_std, weight, x, bias)
-        ctx.lay, ctx.eps = lay, eps
+            kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)
+            apply_affine(kept, None, lay, weight, bias, out=yv)                           # (5)
+            kept_is_xhat = True                                                # x_hat
+        ctx.save_for_backward(kept if keep else None, inv_std, weight, x, bias)
+        ctx.kept_is_xhat, ctx.lay, ctx.eps = kept_is_xhat, lay, eps
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(mean, var)
@@ -283,19 +288,21 @@ class Normalize(torch.autograd.Function):
     def backward(ctx, grad_y, _grad_mean, _grad_var):
         if grad_y is None:                   # y was not used (only mean / var)
             return None, None, None, None, None
-        xhat, inv_std, weight, x, bias = ctx.saved_tensors
+        kept, inv_std, weight, x, bias = ctx.saved_tensors
         if torch.is_grad_enabled():
-            # create_graph=True (a second derivative is coming): the saved x_hat has
-            # forgotten how it depends on x, so differentiate the formula itself, recomputed
+            # create_graph=True (a second derivative is coming): the saved tensors have
+            # forgotten how they depend on x, so differentiate the formula itself, recomputed
             # from the saved inputs, which still carry their graph
             return _backward_through_formula(ctx, grad_y, x, weight, bias)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         need_w = need_w and weight is not None
         need_b = need_b and bias is not None
-        n, ndim = lay.set_size, len(lay.view_shape)
-        g = grad_y.reshape(lay.view_shape).to(xhat.dtype)             # g = dL/dy
-        w = None if weight is None else weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+        ndim = len(lay.view_shape)
+        g = grad_y.reshape(lay.view_shape).to(kept.dtype)            # g = dL/dy
+        w = None if weight is None else weight.to(kept.dtype).reshape(lay.affine_view_shape)
+        # x_hat = kept * per_kept: (x - mu) * r (BN, IN, GN), or x_hat itself (LN, RMSNorm)
+        per_kept = None if ctx.kept_is_xhat else inv_std
         # the view dims along which gamma and beta do not vary (size 1 in affine_view_shape)
         const = tuple(k for k in range(ndim) if lay.affine_view_shape[k] == 1)
         inner = tuple(k for k in lay.reduce_dims if k in const)      # in S, gamma constant
@@ -305,10 +312,16 @@ class Normalize(torch.autograd.Function):
         # The only two passes over the whole tensor: sum g and g x_hat over `inner`
         # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
         sum_g = sum_keep(g, inner) if ((need_x and inner and lay.centered) or need_b) else None
-        sum_gxhat = None
+        sum_gxhat = out = None
         if (need_x and inner) or need_w:
-            # for LN (no inner dims) this is the full-size g * x_hat: kept to reuse below
-            sum_gxhat = sum_of_products(g, xhat, inner)
+            if per_kept is None:
+                # for LN (no inner dims) this is the full-size g * x_hat: kept to reuse below
+                sum_gxhat = sum_of_products(g, kept, inner)
+            else:
+                # r is constant on S: sum g x_hat = r sum g (x - mu).  The product goes into
+                # the tensor that dx is then written over: one full-size tensor per pass
+                out = torch.empty(lay.shape, dtype=g.dtype, device=g.device)
+                sum_gxhat = sum_of_products(g, kept, inner, out=out.view(g.shape)) * per_kept
 
         grad_x = grad_w = grad_b = None
         if need_b:                                    # dL/dbeta  = sum of g      (5)
@@ -316,45 +329,55 @@ class Normalize(torch.autograd.Function):
         if need_w:                                    # dL/dgamma = sum of g x_hat (5)
             grad_w = sum_keep(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
         if need_x:
-            grad_x = _input_gradient(lay, g, xhat, inv_std, w, sum_g, sum_gxhat,
-                                     inner, outer, param, need_w).to(ctx.x_dtype)
+            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat,
+                                     inner, outer, param, need_w, out).to(ctx.x_dtype)
         return grad_x, grad_w, grad_b, None, None
 
 
-def _input_gradient(lay, g, xhat, inv_std, w, sum_g, sum_gxhat, inner, outer, param, need_w):
-    """dL/dx by the boxed formula, in the fewest passes for where gamma lives."""
+def _on_kept(per_xhat: torch.Tensor, per_kept) -> torch.Tensor:
+    """A factor of x_hat as a factor of the kept tensor: x_hat f = kept (per_kept f)."""
+    return per_xhat if per_kept is None else per_xhat * per_kept
+
+
+def _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner, outer,
+                    param, need_w, out=None):
+    """dL/dx by the boxed formula, in the fewest passes for where gamma lives.  x_hat is
+    ``kept * per_kept`` (``per_kept`` None: ``kept`` is x_hat): the term in x_hat is taken on
+    ``kept``, its per-set factor times ``per_kept``.  ``out``: a spare tensor of the input's
+    shape for dx (BN, IN, GN), or None."""
     n, centered = lay.set_size, lay.centered
     if not outer:
         # BN, IN (and no gamma): gamma is constant on S, so it factors out of the sums:
         #   r (d - sum d / n - x_hat sum d x_hat / n)
         # = (gamma r) (g - sum g / n - x_hat sum g x_hat / n)
         g_scale = inv_std if w is None else inv_std * w             # d r = g (gamma r)
-        return _grad_input(g, xhat, g_scale, g_scale, sum_g if centered else None, sum_gxhat,
-                           n, n, lay.shape)
+        return _grad_input(g, kept, g_scale, g_scale, sum_g if centered else None,
+                           _on_kept(sum_gxhat, per_kept), n, n, lay.shape, out)
     if not inner:
         # LN, RMSNorm: gamma varies along every dim of S, so nothing of g was summed yet;
         # form d = gamma g once and take both set sums of it (a dot product each).  Large
         # temporaries cost page faults: d goes into the buffer of g x_hat once its gamma
         # gradient is taken (not when grad_w is that very buffer: no leading dims), and dx
-        # is then written over d
+        # is then written over d.  (Here kept is x_hat.)
         spare = sum_gxhat if (need_w and param and sum_gxhat.shape == g.shape) else None
         d = g if w is None else torch.mul(g, w, out=spare)
         sum_d = sum_keep(d, lay.reduce_dims) if centered else None
-        sum_dxhat = sum_of_products(d, xhat, lay.reduce_dims)
+        sum_dxhat = sum_of_products(d, kept, lay.reduce_dims)
         reuse = w is not None and d.is_contiguous()
-        return _grad_input(d, xhat, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape,
+        return _grad_input(d, kept, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape,
                            out=d.view(lay.shape) if reuse else None)
     # GN: gamma varies inside S along the group's channels; finish the set sums of
-    # d = gamma g (sum_S gamma g, sum_S gamma g x_hat: small contractions)
+    # d = gamma g (sum_S gamma g, sum_S gamma g x_hat: sums of small per-channel tensors)
     g_scale = inv_std if w is None else inv_std * w                 # d r = g (gamma r)
     # (also LN and RMSNorm when normalized_shape has a size-1 dim: gamma is constant there;
     # RMSNorm has no mean term, and sum_g was not taken)
     if not centered:
         sum_d = None
     else:
-        sum_d = sum_keep(sum_g, outer) if w is None else weighted_sum(sum_g, w, outer)
-    sum_dxhat = sum_keep(sum_gxhat, outer) if w is None else weighted_sum(sum_gxhat, w, outer)
-    return _grad_input(g, xhat, g_scale, inv_std, sum_d, sum_dxhat, n, n, lay.shape)
+        sum_d = sum_keep(sum_g if w is None else sum_g * w, outer)
+    sum_dxhat = sum_keep(sum_gxhat if w is None else sum_gxhat * w, outer)
+    return _grad_input(g, kept, g_scale, inv_std, sum_d, _on_kept(sum_dxhat, per_kept),
+                       n, n, lay.shape, out)
 
 
 def _backward_through_formula(ctx, grad_y, x, weight, bias):

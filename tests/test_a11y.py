@@ -17,7 +17,7 @@ chapters are picked up), a keyboard-only walk through its first widget: Tab from
 of the page reaches the first control; on each control the arrow keys move the value and
 the frame follows; Tab goes on to the next control.
 
-Screenshots of each page in both modes go to _build/screenshots/a11y/ (look at them).
+The screenshots of each page in both modes are test_site's (_build/screenshots/).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import a11y  # noqa: E402
 import sitecheck  # noqa: E402
-from test_site import HTML, PAGES, SHOTS, browser, demo_site, site  # noqa: E402,F401  (fixtures)
+from test_site import HTML, PAGES, browser, demo_site, site  # noqa: E402,F401  (fixtures)
 
 MODES = a11y.MODES
 #: chapters whose notebook builds a static widget: the keyboard walk covers each of them
@@ -63,9 +63,6 @@ def audit(book, browser):
         context, page, report = sitecheck.open_page(browser, book, rel)
         try:
             theme = a11y.set_mode(context, page, mode)
-            shots = SHOTS / "a11y"
-            shots.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(shots / f"{rel.replace('/', '__').removesuffix('.html')}.{mode}.png"), full_page=True)
             return {
                 "theme": theme,
                 "violations": a11y.run_axe(page),

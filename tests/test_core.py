@@ -47,6 +47,30 @@ def test_fast_backward_equals_the_boxed_formula(norm, shape, G, k, affine):
         torch.testing.assert_close(f, a)
 
 
+@pytest.mark.parametrize("norm, shape, G, k", CASES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_forward_without_gradients_is_the_same(norm, shape, G, k, affine):
+    """With no input needing a gradient, Normalize writes x - mu into its output and works in
+    place; with gradients it keeps x - mu (BN, IN, GN) or x_hat (LN, RMSNorm).  Both give the
+    formula's output and statistics, and an output the caller may modify in place."""
+    gen = torch.Generator().manual_seed(len(shape) * 5 + (G or 0))
+    lay = axes.layout(norm, shape, G, k)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * 2 + 3
+    w = b = None
+    if affine:
+        w = torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5
+        b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64)
+    ref = core.normalize_formula(x, lay, 1e-5, w, b)
+    plain = grad.Normalize.apply(x, w, b, lay, 1e-5)
+    tracked = grad.Normalize.apply(x.clone().requires_grad_(True), w, b, lay, 1e-5)
+    for got in (plain, tracked):
+        torch.testing.assert_close(got[0], ref.output)
+        torch.testing.assert_close(got[1], ref.mean)
+        torch.testing.assert_close(got[2], ref.var)
+    plain[0].add_(1.0)                      # a fresh tensor, not a view of a temporary
+    torch.testing.assert_close(plain[0], ref.output + 1.0)
+
+
 def test_the_reference_backward_can_fail():
     """Drop the mean term of the boxed formula and the centered norms disagree with it."""
     lay = axes.layout("batch", (4, 3))

@@ -533,6 +533,16 @@ from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
 
 DIAGNOSES += ADAIN_DIAGNOSES
 
+# --- the WS backward and WS folding ops (normcore/exercises/ws.py, ws_fold.py)
+from test_exercises_ws import WS_DIAGNOSES  # noqa: E402
+
+DIAGNOSES += WS_DIAGNOSES
+
+# --- the GroupNorm chapter's backward op (normcore/exercises/group.py)
+from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402
+
+DIAGNOSES += GROUP_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -553,6 +563,7 @@ def test_student_mistake_is_named(op, fn, options, keys, words):
     assert "What you did:" in text and "Why it is wrong:" in text and "What to change:" in text
     assert report.max_abs_error is not None and report.max_abs_error > 0
     assert "Largest error:" in flat(report.message)
+    assert all(len(line) <= 80 for line in report.message.splitlines()), text
 
 
 def test_every_catalogue_entry_has_a_student_test():
@@ -585,6 +596,7 @@ CORRECT = [
     ("fold_bn", fold_correct, {}),
     ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
     ("chan_merge", chan_correct, {}),
+    ("group_norm_backward", gn_bwd_correct, {}),
 ] + ADAIN_CORRECT
 
 
@@ -634,7 +646,8 @@ def _variant_as_student(spec, cases, base, cand, refs):
 # the WS entries that only make sense for the other conventions
 _NOT_FOR = {"original": {"unbiased_var", "eps_outside_sqrt"},
             "bit": {"biased_var", "eps_inside_sqrt"}}
-VARIANT_RUNS = [(op, {}) for op in ex.OPS] + [("weight_standardize", {"convention": "bit"})]
+_WS_OPS = ("weight_standardize", "weight_standardize_backward", "fold_ws")
+VARIANT_RUNS = [(op, {}) for op in ex.OPS] + [(op, {"convention": "bit"}) for op in _WS_OPS]
 
 
 @pytest.mark.parametrize("op, options", VARIANT_RUNS,
@@ -647,8 +660,10 @@ def test_every_variant_is_diagnosed_as_itself(op, options):
     cands = [c for c, _ in ex._distinct_candidates(spec, base, cases, refs, o)]
     keys = {k for c in cands for k in c.keys}
     expected = {m.key for m in ex.catalogue(op)}
-    if op == "weight_standardize":
+    if op in _WS_OPS:
         expected -= _NOT_FOR[o["convention"]]
+    if op == "fold_ws" and o["convention"] == "original":
+        expected.add("eps_outside_sqrt")     # BatchNorm's eps, whatever the WS convention
     assert keys == expected, "every entry of the op is reachable on the test sets"
     for cand in cands:
         report = check(op, _variant_as_student(spec, cases, base, cand, refs), **options)

@@ -47,37 +47,46 @@ with the factor swapped, or autograd through ``normalize`` with the statistics d
 
 Operations and the student's function
 -------------------------------------
-========================  =============================================================
-op                        the student writes
-========================  =============================================================
-``batch_norm``            ``f(x, gamma, beta, eps) -> y``; training mode (batch
-                          statistics); ``x`` is ``(N, C)``, ``(N, C, L)`` or
-                          ``(N, C, H, W)``; gamma, beta ``(C,)``
-``layer_norm``            ``f(x, gamma, beta, eps) -> y``; over every dim but the first;
-                          gamma, beta have shape ``x.shape[1:]``
-``instance_norm``         ``f(x, gamma, beta, eps) -> y``; ``x`` is ``(N, C, L)`` or
-                          ``(N, C, H, W)``; gamma, beta ``(C,)``
-``group_norm``            ``f(x, num_groups, gamma, beta, eps) -> y``; ``x`` is
-                          ``(N, C, *)``; gamma, beta ``(C,)``
-``running_update``        ``f(running_mean, running_var, x, momentum) ->
-                          (new_running_mean, new_running_var)``: BatchNorm's buffers
-                          in training (unbiased variance stored,
-                          ``r <- (1 - m) r + m s``); ``x`` is ``(N, C)`` or ``(N, C, H, W)``
-``batch_norm_backward``   ``f(dy, x, gamma, eps) -> (dx, dgamma, dbeta)`` of training-mode
-                          BatchNorm
-``weight_standardize``    ``f(w, eps) -> w_hat`` for a conv weight ``(C_out, C_in, kH, kW)``;
-                          option ``convention=`` ``"original"`` (default), ``"bit"`` or
-                          ``"timm"`` (:data:`normcore.functional.WS_CONVENTIONS`)
-``fold_bn``               ``f(weight, bias, gamma, beta, running_mean, running_var, eps) ->
-                          (weight, bias)``: a ``Linear``/``ConvNd`` with an eval-mode
-                          BatchNorm folded in (:func:`normcore.fold.fold_bn`)
-``chan_merge``            ``f(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)``:
-                          Chan's merge of two parts (:func:`normcore.stats.chan_merge`)
-========================  =============================================================
+===============================  =============================================================
+op                               the student writes
+===============================  =============================================================
+``batch_norm``                   ``f(x, gamma, beta, eps) -> y``; training mode (batch
+                                 statistics); ``x`` is ``(N, C)``, ``(N, C, L)`` or
+                                 ``(N, C, H, W)``; gamma, beta ``(C,)``
+``layer_norm``                   ``f(x, gamma, beta, eps) -> y``; over every dim but the first;
+                                 gamma, beta have shape ``x.shape[1:]``
+``instance_norm``                ``f(x, gamma, beta, eps) -> y``; ``x`` is ``(N, C, L)`` or
+                                 ``(N, C, H, W)``; gamma, beta ``(C,)``
+``group_norm``                   ``f(x, num_groups, gamma, beta, eps) -> y``; ``x`` is
+                                 ``(N, C, *)``; gamma, beta ``(C,)``
+``running_update``               ``f(running_mean, running_var, x, momentum) ->
+                                 (new_running_mean, new_running_var)``: BatchNorm's buffers
+                                 in training (unbiased variance stored,
+                                 ``r <- (1 - m) r + m s``); ``x`` is ``(N, C)`` or ``(N, C, H, W)``
+``batch_norm_backward``          ``f(dy, x, gamma, eps) -> (dx, dgamma, dbeta)`` of training-mode
+                                 BatchNorm
+``group_norm_backward``          ``f(dy, x, num_groups, gamma, eps) -> (dx, dgamma, dbeta)`` of
+                                 GroupNorm; ``x`` is ``(N, C, *)``, gamma ``(C,)``
+``weight_standardize``           ``f(w, eps) -> w_hat`` for a conv weight ``(C_out, C_in, kH, kW)``;
+                                 option ``convention=`` ``"original"`` (default), ``"bit"`` or
+                                 ``"timm"`` (:data:`normcore.functional.WS_CONVENTIONS`)
+``fold_bn``                      ``f(weight, bias, gamma, beta, running_mean, running_var, eps) ->
+                                 (weight, bias)``: a ``Linear``/``ConvNd`` with an eval-mode
+                                 BatchNorm folded in (:func:`normcore.fold.fold_bn`)
+``chan_merge``                   ``f(count_a, mean_a, m2_a, count_b, mean_b, m2_b) -> (mean, m2)``:
+                                 Chan's merge of two parts (:func:`normcore.stats.chan_merge`)
+``weight_standardize_backward``  ``f(dw_hat, w, eps) -> dw``: the gradient through
+                                 ``weight_standardize``, for its weights and its option
+                                 ``convention=``
+``fold_ws``                      ``f(weight, bias, eps_ws, gamma, beta, running_mean, running_var,
+                                 eps_bn) -> (weight, bias)``: a WS ``Conv2d`` (option
+                                 ``convention=``) and an eval-mode BatchNorm folded into one
+                                 plain ``Conv2d`` (:func:`normcore.fold.fold_ws`, ``fold_bn``)
+===============================  =============================================================
 
 Options of :func:`check`: ``seed`` (default 0) changes the inputs; ``ndims`` restricts the
 input ranks (e.g. ``ndims=(4,)`` for an exercise that only asks for ``(N, C, H, W)``);
-``convention`` for ``weight_standardize``.
+``convention`` for ``weight_standardize``, ``weight_standardize_backward`` and ``fold_ws``.
 
 The report prints as plain text and is deterministic (no addresses, no timings, numbers
 rounded to three significant digits), so notebooks can show it under nbval.
@@ -99,10 +108,12 @@ module                      what it holds
                             :func:`reference`
 :mod:`.forward`             ops ``batch_norm``, ``layer_norm``, ``instance_norm``,
                             ``group_norm``
-:mod:`.ws`                  op ``weight_standardize``
+:mod:`.ws`                  ops ``weight_standardize``, ``weight_standardize_backward``
 :mod:`.running`             ops ``running_update``, ``fold_bn``, ``chan_merge``
 :mod:`.backward`            op ``batch_norm_backward``
 :mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
+:mod:`.ws_fold`             op ``fold_ws`` (WS and BatchNorm folded for inference)
+:mod:`.group`               op ``group_norm_backward`` (the GroupNorm chapter)
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
@@ -136,7 +147,8 @@ from .report import Report
 
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
-FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer")
+FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer", "ws_fold",
+            "group")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family

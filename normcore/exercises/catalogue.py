@@ -21,6 +21,8 @@ class Misconception:
     ``title`` is the plain-words name a report and a teacher's summary show;
     ``description`` is the one-line summary of :func:`normcore.exercises.catalogue_table`;
     ``ops`` the ops that can diagnose it (filled in as ops register).
+    ``defaults`` fills the template fields an op does not give (the words of the op the
+    entry was first written for); a default may use the op's fields itself.
     """
 
     key: str
@@ -30,10 +32,24 @@ class Misconception:
     why: str
     fix: str
     ops: tuple[str, ...] = ()
+    defaults: dict = dataclasses.field(default_factory=dict, hash=False)
 
     def render(self, fields: dict) -> tuple[str, str, str]:
         """``(did, why, fix)`` with the op's template fields filled in."""
+        fields = {**{k: v.format(**fields) for k, v in self.defaults.items() if k not in fields},
+                  **fields}
         return self.did.format(**fields), self.why.format(**fields), self.fix.format(**fields)
+
+
+#: BatchNorm's words for the formula of dx, the defaults of the backward entries (an op
+#: whose gamma varies inside a set, such as GroupNorm, gives its own).
+BATCH_NORM_DX = {
+    "dx_full": "`dx = gamma / sqrt(var + eps) * (dy - mean(dy) - x_hat * mean(dy * x_hat))`, "
+               "with the means over {sum_dims} of each channel",
+    "mean_term": "mean(dy)",
+    "var_term": "x_hat * mean(dy * x_hat)",
+    "per_set": "per channel",
+}
 
 
 _ENTRIES = [
@@ -171,33 +187,36 @@ _ENTRIES = [
         "backward_stats_constant", "mean and variance treated as constants",
         "dx = dy * gamma / sqrt(var + eps): the paths through the batch mean and variance are "
         "missing",
-        "Your dx is `dy * gamma / sqrt(var + eps)`: you treated the batch mean and variance as "
+        "Your dx is `dy * gamma / sqrt(var + eps)`: you treated the {stats_name} as "
         "constants.",
-        "In training mode the mean and variance are computed from x, so each x_i changes "
-        "them too, and those two paths add two terms: `dx = gamma / sqrt(var + eps) * "
-        "(dy - mean(dy) - x_hat * mean(dy * x_hat))`, with the means over {sum_dims} of each "
-        "channel. (Treating them as constants is right only in eval mode.)",
-        "Subtract `mean(dy)` and `x_hat * mean(dy * x_hat)`, per channel, before scaling."),
+        "{stats_from_x}, so each x_i changes them too, and those two paths add two terms: "
+        "{dx_full}.{constants_note}",
+        "Subtract `{mean_term}` and `{var_term}`, {per_set}, before scaling.",
+        defaults={"stats_name": "batch mean and variance",
+                  "stats_from_x": "In training mode the mean and variance are computed from x",
+                  "constants_note": " (Treating them as constants is right only in eval "
+                                    "mode.)", **BATCH_NORM_DX}),
     Misconception(
         "backward_no_var_grad", "the gradient through the variance dropped",
         "dx = gamma / sqrt(var + eps) * (dy - mean(dy)): the x_hat * mean(dy * x_hat) term "
         "is missing",
-        "Your dx is `gamma / sqrt(var + eps) * (dy - mean(dy))`: it has the term from the mean "
-        "but not the one from the variance.",
-        "The variance depends on x as well; its path contributes "
-        "`-x_hat * mean(dy * x_hat)`. The full formula is `dx = gamma / sqrt(var + eps) * "
-        "(dy - mean(dy) - x_hat * mean(dy * x_hat))`, with the means over {sum_dims} of each channel.",
-        "Also subtract `x_hat * mean(dy * x_hat)` (per channel)."),
+        "Your dx is `{dx_no_var}`: it has the term from the mean but not the one from the "
+        "variance.",
+        "The variance depends on x as well; its path contributes `-{var_term}`. The full "
+        "formula is {dx_full}.",
+        "Also subtract `{var_term}` ({per_set}).",
+        defaults={"dx_no_var": "gamma / sqrt(var + eps) * (dy - mean(dy))", **BATCH_NORM_DX}),
     Misconception(
         "backward_no_mean_grad", "the gradient through the mean dropped",
         "dx = gamma / sqrt(var + eps) * (dy - x_hat * mean(dy * x_hat)): the mean(dy) term is "
         "missing",
-        "Your dx is `gamma / sqrt(var + eps) * (dy - x_hat * mean(dy * x_hat))`: it has the "
-        "term from the variance but not the one from the mean.",
-        "The mean depends on every x_i; its path contributes `-mean(dy)`. The full formula "
-        "is `dx = gamma / sqrt(var + eps) * (dy - mean(dy) - x_hat * mean(dy * x_hat))`, with the "
-        "means over {sum_dims} of each channel.",
-        "Also subtract `mean(dy)` (per channel)."),
+        "Your dx is `{dx_no_mean}`: it has the term from the variance but not the one from "
+        "the mean.",
+        "The mean depends on every x_i; its path contributes `-{mean_term}`. The full formula "
+        "is {dx_full}.",
+        "Also subtract `{mean_term}` ({per_set}).",
+        defaults={"dx_no_mean": "gamma / sqrt(var + eps) * (dy - x_hat * mean(dy * x_hat))",
+                  **BATCH_NORM_DX}),
     Misconception(
         "dgamma_uses_x", "dgamma from x instead of x_hat",
         "dgamma = sum(dy * x) instead of sum(dy * x_hat)",
@@ -209,9 +228,10 @@ _ENTRIES = [
         "dx_without_gamma", "gamma missing from dx",
         "dx lacks the factor gamma",
         "Your dx lacks the factor gamma.",
-        "`y = gamma * x_hat + beta`, so the gradient that reaches x_hat is `dy * gamma`: all of dx "
-        "is scaled by gamma, per channel.",
-        "Use `dy * gamma.view(1, -1, 1, ...)` in place of dy in the formula for dx."),
+        "`y = gamma * x_hat + beta`, so the gradient that reaches x_hat is `dy * gamma`: "
+        "{gamma_in_dx}.",
+        "Use `dy * gamma.view(1, -1, 1, ...)` in place of dy in the formula for dx.",
+        defaults={"gamma_in_dx": "all of dx is scaled by gamma, per channel"}),
 ]
 
 

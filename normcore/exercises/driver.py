@@ -18,7 +18,8 @@ def check(op: str, student_fn: Callable, **options) -> Report:
 
     Returns a :class:`Report`; ``print(report)`` gives the plain-text verdict.  Options:
     ``seed`` (int, default 0), ``ndims`` (the input ranks to test, e.g. ``(4,)``) and, for
-    ``weight_standardize``, ``convention`` (``"original"``, ``"bit"``, ``"timm"``).
+    ``weight_standardize``, ``weight_standardize_backward`` and ``fold_ws``, ``convention``
+    (``"original"``, ``"bit"``, ``"timm"``).
     """
     impl = get_op(op)
     if not callable(student_fn):

@@ -204,8 +204,7 @@ class NormOp(Op):
         w, b = self._affine_params(spec, case)
         perm = None
         if spec["order"] == "strided":
-            C, G = case.shape[1], case.groups
-            perm = torch.tensor(sorted(range(C), key=lambda ch: (ch % G, ch)))
+            perm = strided_order(case.shape[1], case.groups)
             x = x[:, perm]
             w = None if w is None else w[perm]
             b = None if b is None else b[perm]
@@ -299,6 +298,13 @@ for _op in (
 ):
     register(_op)
 del _op
+
+
+def strided_order(C: int, G: int) -> torch.Tensor:
+    """The channels in the order that makes the strided groups (channel c in group c % G)
+    contiguous: 0, G, 2G, ..., then 1, G + 1, ...  GroupNorm of ``x[:, order]``, put back
+    with ``argsort(order)``, is the strided grouping of ``x``."""
+    return torch.tensor(sorted(range(C), key=lambda ch: (ch % G, ch)))
 
 
 def unbiased_why(title: str, running_var: bool = True) -> str:

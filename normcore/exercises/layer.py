@@ -22,12 +22,13 @@ import torch
 
 from .. import axes, functional, stats
 from ..functional import normalize
+from .backward import autograd_grads
 from .catalogue import Misconception, add as _add
 from .forward import unbiased_why
 from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
 from .ops import Op, register
 from .report import dtype_text, number, shape_text
-from .variants import variant
+from .variants import knob_stats, variant
 
 _DIMS = ("N", "C", "H", "W")
 
@@ -84,9 +85,10 @@ _add(Misconception(
     "You computed `dx = gamma * r * (dy - mean(dy) - x_hat * mean(dy * x_hat))`, with gamma "
     "outside the means, as BatchNorm's backward can be written.",
     "In BatchNorm gamma is one number per set (per channel), so it factors out of the sums "
-    "over the set. In LayerNorm gamma has one entry per element of the set, so the sums "
+    "over the set. In {norm} gamma has {gamma_per_set}, so the sums "
     "must be of d = gamma * dy: `dx = r * (d - mean(d) - x_hat * mean(d * x_hat))`.",
-    "Form `d = gamma * dy` first and take both means of d."))
+    "Form `d = gamma * dy` first and take both means of d.",
+    defaults={"gamma_per_set": "one entry per element of the set"}))
 
 
 def _ns_text(shape, k) -> str:
@@ -287,13 +289,8 @@ class LayerNormBackwardOp(_LayerShapeBase):
 
     def solution(self, options):
         def layer_norm_backward(dy, x, normalized_shape, gamma, eps):
-            with torch.enable_grad():
-                x = x.detach().clone().requires_grad_(True)
-                gamma = gamma.detach().clone().requires_grad_(True)
-                beta = torch.zeros_like(gamma, requires_grad=True)
-                y = functional.layer_norm(x, normalized_shape, gamma, beta, eps)
-                grads = torch.autograd.grad(y, (x, gamma, beta), dy)
-            return tuple(t.detach() for t in grads)
+            return autograd_grads(lambda x, w, b: functional.layer_norm(
+                x, normalized_shape, w, b, eps), dy, x, gamma)
         return layer_norm_backward
 
     def call(self, fn, case):
@@ -332,12 +329,7 @@ class LayerNormBackwardOp(_LayerShapeBase):
             x = x0.clone().requires_grad_(True)
             gamma = g0.clone().requires_grad_(True)
             beta = torch.zeros_like(gamma, requires_grad=True)
-            var, mean = torch.var_mean(x.reshape(lay.view_shape), dim=lay.reduce_dims,
-                                       correction=0, keepdim=True)
-            if not spec["mean_grad"]:
-                mean = mean.detach()
-            if not spec["var_grad"]:
-                var = var.detach()
+            mean, var = knob_stats(x, lay, spec)
             y = normalize(x, lay, case.eps, gamma if gamma_in_graph else None, beta,
                           mean=mean, var=var).output
             return torch.autograd.grad(y, (x, gamma, beta), dy_in, allow_unused=True)

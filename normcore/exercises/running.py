@@ -151,6 +151,22 @@ add(Misconception(
     "`s = gamma / torch.sqrt(running_var + eps)`."))
 
 
+def fold_with_bn(layer, weight, bias, gamma, beta, running_mean, running_var, eps,
+                 prepare=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(weight, bias)`` of :func:`normcore.fold.fold_bn` applied to ``layer`` (given
+    ``weight`` and ``bias``, then passed through ``prepare`` if any) and an eval-mode
+    BatchNorm with these values: the folding ops' one reference."""
+    bn = torch.nn.BatchNorm1d(len(gamma), eps=eps, dtype=weight.dtype).eval()
+    with torch.no_grad():
+        for module, values in ((layer, (weight, bias)), (bn, (gamma, beta))):
+            module.weight.copy_(values[0])
+            module.bias.copy_(values[1])
+        bn.running_mean.copy_(running_mean)
+        bn.running_var.copy_(running_var)
+    fused = fold.fold_bn(layer if prepare is None else prepare(layer), bn)
+    return fused.weight.detach(), fused.bias.detach()
+
+
 class FoldBatchNormOp(Op):
     """``f(weight, bias, gamma, beta, running_mean, running_var, eps) -> (weight, bias)``:
     the weight and bias of ``Linear`` or ``ConvNd`` followed by an eval-mode BatchNorm,
@@ -201,15 +217,8 @@ class FoldBatchNormOp(Op):
             layer = (torch.nn.Linear(C_in, C_out, **kw) if not kernel else
                      (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)[len(kernel) - 1](
                          C_in, C_out, kernel, **kw))
-            bn = torch.nn.BatchNorm1d(C_out, eps=eps, **kw).eval()
-            with torch.no_grad():
-                for module, values in ((layer, (weight, bias)), (bn, (gamma, beta))):
-                    module.weight.copy_(values[0])
-                    module.bias.copy_(values[1])
-                bn.running_mean.copy_(running_mean)
-                bn.running_var.copy_(running_var)
-            fused = fold.fold_bn(layer, bn)
-            return fused.weight.detach(), fused.bias.detach()
+            return fold_with_bn(layer, weight, bias, gamma, beta, running_mean, running_var,
+                                eps)
         return fold_bn
 
     def call(self, fn, case):

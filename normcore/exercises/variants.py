@@ -77,6 +77,18 @@ def all_close(outs_a, outs_b, cases) -> bool:
                for a, b in zip(oa, ob))
 
 
+# ---- statistics whose gradient paths a backward mistake drops -----------------------------
+def knob_stats(x: torch.Tensor, lay: Layout, spec: dict, correction: int = 0):
+    """``(mean, var)`` of ``x`` over the sets of ``lay`` (in its view, ``keepdim``), to pass
+    to :func:`normcore.functional.normalize`: differentiable, except that knob
+    ``spec["mean_grad"]`` / ``spec["var_grad"]`` set to ``False`` detaches that statistic,
+    the backward pass's mistake of treating it as a constant."""
+    var, mean = torch.var_mean(x.reshape(lay.view_shape), dim=lay.reduce_dims,
+                               correction=correction, keepdim=True)
+    return (mean if spec["mean_grad"] else mean.detach(),
+            var if spec["var_grad"] else var.detach())
+
+
 # ---- wrong reduce sets ---------------------------------------------------------------------
 #: The reduce sets tried for ``wrong_axes``, as roles of :mod:`normcore.axes` (``N``,
 #: ``C``, ``G``, ``S`` and the extra role ``last``), in the order they are tried: when two

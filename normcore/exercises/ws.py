@@ -1,20 +1,26 @@
-"""Checker op of Weight Standardization: ``weight_standardize``.
+"""Checker ops of Weight Standardization: ``weight_standardize`` and its backward pass,
+``weight_standardize_backward``.
 
 ``f(w, eps) -> w_hat`` for a conv weight ``(C_out, C_in, kH, kW)``: one mean and one std
 per output channel, over its ``C_in * kH * kW`` weights.  Three conventions are in use
 (:data:`normcore.functional.WS_CONVENTIONS`); option ``convention=`` picks the one the
-exercise asks for, and the other conventions become mistakes.
+exercise asks for, and the other conventions become mistakes.  ``f(dw_hat, w, eps) -> dw``
+is the gradient through it, for the same weights and conventions.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from .. import axes, functional
 from ..functional import WS_CONVENTIONS, normalize
+from .catalogue import Misconception, add
 from .inputs import SET_NAMES, Case, draw
 from .ops import Op, register
 from .report import dtype_text, shape_text
-from .variants import role_layout, role_names, role_variants, spatial_names, variant
+from .variants import knob_stats, role_layout, role_names, role_variants, spatial_names, \
+    variant
 
 #: Each convention's formula, in words.
 CONVENTION_FORMULA = {
@@ -23,6 +29,8 @@ CONVENTION_FORMULA = {
     "timm": "`(w - mean) / sqrt(var + eps)` with the biased variance (n)",
 }
 
+#: The weight's shape for each rank, in words.
+WEIGHT_SHAPES = {2: "(C_out, C_in)", 3: "(C_out, C_in, k)", 4: "(C_out, C_in, kH, kW)"}
 #: The roles one output channel's filter spans: LayerNorm's set, on the weight
 #: ``(C_out, C_in, *kernel)`` read as ``(N, C, *S)``.
 FILTER_ROLES = axes.TABLE["layer"].roles
@@ -33,6 +41,8 @@ class WeightStandardizeOp(Op):
     abbr = "WS"
     call_text = "f(w, eps)"
     input_name = "w"
+    #: The arguments of the weight's shape, for :meth:`call_hint`.
+    shaped_args = "w"
     outputs = ("w_hat",)
     ndims_allowed = (2, 3, 4)
     ndims_default = (4,)
@@ -48,7 +58,7 @@ class WeightStandardizeOp(Op):
         parsed = super().parse_options({k: v for k, v in options.items() if k != "convention"})
         convention = options.get("convention", "original")
         if convention not in WS_CONVENTIONS:
-            raise ValueError(f"check('weight_standardize', ...): unknown convention "
+            raise ValueError(f"check({self.name!r}, ...): unknown convention "
                              f"{convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
         parsed["convention"] = convention
         return parsed
@@ -98,9 +108,8 @@ class WeightStandardizeOp(Op):
         return fn(case.args["w"].clone(), case.eps)
 
     def call_hint(self, options):
-        shapes = {2: "(C_out, C_in)", 3: "(C_out, C_in, k)", 4: "(C_out, C_in, kH, kW)"}
-        return ("The checker calls f(w, eps) with w of shape "
-                + " and ".join(shapes[d] for d in options["ndims"]) + ".")
+        return (f"The checker calls {self.call_text} with {self.shaped_args} of shape "
+                + " and ".join(WEIGHT_SHAPES[d] for d in options["ndims"]) + ".")
 
     # ---- variants -----------------------------------------------------------------------
     def base_spec(self, options):
@@ -123,11 +132,17 @@ class WeightStandardizeOp(Op):
         out.append(variant("no_eps", {"eps": "none", "eps_mode": conv["eps_mode"]}))
         return out
 
-    def evaluate(self, spec, case):
+    @staticmethod
+    def reduce_layout(spec, case):
+        """The filters' layout, or the one of a ``wrong_axes`` variant's reduce set (``None``
+        if that set names no dim of this input, e.g. (kH, kW) of a 2-D weight)."""
         base = axes.layout("layer", case.shape)
-        lay = base if spec["reduce"] is None else role_layout(base, spec["reduce"][1])
+        return base if spec["reduce"] is None else role_layout(base, spec["reduce"][1])
+
+    def evaluate(self, spec, case):
+        lay = self.reduce_layout(spec, case)
         if lay is None:
-            return None  # this reduce set names no dim of this input (e.g. (H, W) of (N, C))
+            return None
         eps = case.eps if spec["eps"] == "given" else 0.0
         return (normalize(case.args["w"], lay, eps, correction=spec["correction"],
                           eps_mode=spec["eps_mode"]).output,)
@@ -175,3 +190,127 @@ class WeightStandardizeOp(Op):
 
 
 register(WeightStandardizeOp())
+
+
+# =======================================================================================
+# the backward pass of Weight Standardization
+# =======================================================================================
+add(Misconception(
+    "ws_backward_stats_constant", "WS backward with the filter's mean and std as constants",
+    "WS backward dW = d / std: the paths through each filter's mean and standard deviation "
+    "are missing",
+    "Your dW is `{const_grad}` (d = dL/dW_hat): you treated each filter's mean and standard "
+    "deviation as constants.",
+    "Both are computed from the filter's weights, so every weight moves them too, and their "
+    "two paths project d: off the all-ones vector (the mean) and off W_hat (the standard "
+    "deviation). The full gradient is {grad_formula}. Without the projections it neither "
+    "sums to 0 over a filter nor is it orthogonal to W_hat.",
+    "Subtract `{mean_term}` and `{std_term}`, per output channel."))
+add(Misconception(
+    "ws_backward_no_mean_grad", "WS backward without the gradient through the mean",
+    "WS backward without the -mean(d) term: a filter's gradient does not sum to 0",
+    "Your dW lacks the term `-{mean_term}`: it has the path through each filter's standard "
+    "deviation but not the one through its mean, so a filter's gradient does not sum to 0.",
+    "The mean of a filter depends on every one of its weights; its path removes the "
+    "component of d along the all-ones vector (adding a constant to a filter does not change "
+    "W_hat, so the gradient has no component along it). The full gradient is "
+    "{grad_formula}.",
+    "Also subtract `{mean_term}`, with the mean over {want} of each output channel."))
+add(Misconception(
+    "ws_backward_no_std_grad", "WS backward without the gradient through the std",
+    "WS backward without the -W_hat mean(d W_hat) term: the gradient is not orthogonal to "
+    "W_hat",
+    "Your dW is `{no_std_grad}`: it has the path through each filter's mean but not the one "
+    "through its standard deviation, so it is not orthogonal to W_hat.",
+    "The standard deviation depends on every weight too; its path removes the component of "
+    "d along W_hat (scaling a filter does not change W_hat, so up to eps the gradient has no "
+    "component along it). The full gradient is {grad_formula}.",
+    "Also subtract `{std_term}`, with the sum or mean over {want} of each output channel."))
+
+#: The gradient's terms in words, for the biased conventions (r = 1/sqrt(var + eps)) and
+#: the original one (s the unbiased std, eps added to it): the chapter's two formulas.
+GRAD_WORDS = {
+    "inside": {
+        "const_grad": "r * d", "mean_term": "r * mean(d)",
+        "std_term": "r * W_hat * mean(d * W_hat)", "no_std_grad": "r * (d - mean(d))",
+        "grad_formula": "`dW = r * (d - mean(d) - W_hat * mean(d * W_hat))` with "
+                        "`r = 1 / sqrt(var + eps)`, the means over each filter's F weights"},
+    "outside": {
+        "const_grad": "d / (s + eps)", "mean_term": "mean(d) / (s + eps)",
+        "std_term": "W_hat * sum(d * W_hat) / ((F - 1) * s)",
+        "no_std_grad": "(d - mean(d)) / (s + eps)",
+        "grad_formula": "`dW = (d - mean(d)) / (s + eps) - W_hat * sum(d * W_hat) / "
+                        "((F - 1) * s)` with s the unbiased std, the mean and the sum over "
+                        "each filter's F weights"},
+}
+
+
+class WeightStandardizeBackwardOp(WeightStandardizeOp):
+    """``f(dw_hat, w, eps) -> dw``: the gradient through Weight Standardization, for the
+    convention of option ``convention=``.  The inputs are the forward op's weights with an
+    incoming gradient; each mistake is autograd through
+    :func:`normcore.functional.normalize` with a knob changed (the mean or the variance
+    detached, another correction, eps elsewhere, another reduce set)."""
+
+    name = "weight_standardize_backward"
+    abbr = "WS-bwd"
+    call_text = "f(dw_hat, w, eps)"
+    shaped_args = "dw_hat and w"
+    outputs = ("dw",)
+    misconceptions = ("wrong_axes", "unbiased_var", "biased_var", "eps_outside_sqrt",
+                      "eps_inside_sqrt", "other_convention", "no_eps",
+                      "ws_backward_stats_constant", "ws_backward_no_mean_grad",
+                      "ws_backward_no_std_grad")
+
+    def cases(self, options):
+        gen = torch.Generator().manual_seed(10_000 + options["seed"])
+        out = []
+        for case in super().cases(options):
+            dw_hat = draw(gen, case.shape, case.dtype)      # d = dL/dW_hat
+            out.append(dataclasses.replace(case, args={"dw_hat": dw_hat, **case.args}))
+        return out
+
+    def solution(self, options):
+        convention = options.get("convention", "original")
+
+        def weight_standardize_backward(dw_hat, w, eps):
+            with torch.enable_grad():
+                w = w.detach().clone().requires_grad_(True)
+                w_hat = functional.weight_standardize(w, eps, convention=convention)
+                dw, = torch.autograd.grad(w_hat, w, dw_hat)
+            return dw.detach()
+        return weight_standardize_backward
+
+    def call(self, fn, case):
+        return fn(case.args["dw_hat"].clone(), case.args["w"].clone(), case.eps)
+
+    def base_spec(self, options):
+        return {**super().base_spec(options), "mean_grad": True, "var_grad": True}
+
+    def candidates(self, options, cases):
+        return [variant("ws_backward_stats_constant", {"mean_grad": False, "var_grad": False}),
+                variant("ws_backward_no_std_grad", {"var_grad": False}),
+                variant("ws_backward_no_mean_grad", {"mean_grad": False}),
+                ] + super().candidates(options, cases)
+
+    def evaluate(self, spec, case):
+        lay = self.reduce_layout(spec, case)
+        if lay is None:
+            return None
+        eps = case.eps if spec["eps"] == "given" else 0.0
+        with torch.enable_grad():
+            w = case.args["w"].clone().requires_grad_(True)
+            mean, var = knob_stats(w, lay, spec, spec["correction"])
+            w_hat = normalize(w, lay, eps, mean=mean, var=var,
+                              eps_mode=spec["eps_mode"]).output
+            dw, = torch.autograd.grad(w_hat, w, case.args["dw_hat"])
+        return (dw.detach(),)
+
+    def context(self, options, cases):
+        out = super().context(options, cases)
+        out["axes_why"] += " The sums in the gradient run over the same set."
+        out.update(GRAD_WORDS[WS_CONVENTIONS[options["convention"]]["eps_mode"]])
+        return out
+
+
+register(WeightStandardizeBackwardOp())
