@@ -11,7 +11,13 @@ references outside _static/. _static/ is shared by all pages and cached by the b
 the first; "loaded" is what the browser actually fetched for the page (decoded bytes,
 everything included, cold cache). Load time is navigation start to the end of the load event,
 cold cache, from a server on 127.0.0.1; "ready" (time to interactive) is navigation start to
-the moment the page's math is typeset and every widget is rendered (and so responds). Prints; asserts nothing (the budget is asserted by
+the moment the page's math is typeset and every widget of the first screen is rendered (and
+so responds). The widget manager is loaded when a widget comes near the viewport
+(assets/static/normcore-widgets.js), so a page is measured twice: "first" is what the first
+screen loads (once the network is quiet), "scrolled" what a reader who scrolls through the
+whole page has loaded; "widget in view" times, on a fresh page whose load has settled, the
+first widget scrolled into view until it is rendered and until moving its first control has
+changed its frame. Prints; asserts nothing (the budget is asserted by
 tests/test_site.py).
 """
 
@@ -52,7 +58,9 @@ _READY_JS = """async () => {
             (window.MathJax && MathJax.startup && MathJax.startup.promise &&
              document.querySelectorAll('.math').length ===
              document.querySelectorAll('.math mjx-container').length);
-        const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'));
+        // widgets in the first screen (the rest render when scrolled to: normcore-widgets.js)
+        const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'))
+            .filter(s => s.parentElement.getBoundingClientRect().top < window.innerHeight);
         const widgetsOk = views.every(s => s.previousElementSibling &&
             s.previousElementSibling.querySelector && s.previousElementSibling.querySelector('.jupyter-widgets'));
         if (mathOk && widgetsOk) return performance.now();
@@ -71,10 +79,9 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
         try:
             for rel in pages:
                 times, ready, loaded, nreq = [], [], 0, 0
+                first, scrolled, w_render, w_respond = [], [], [], []
                 for _ in range(runs):
-                    context = browser.new_context(viewport=sitecheck.VIEWPORT)
-                    page = context.new_page()
-                    page.goto(server.url(rel), wait_until="load")
+                    context, page = sitecheck.open_cold(browser, server, rel)
                     t = page.evaluate(
                         """() => {
                             const n = performance.getEntriesByType('navigation')[0];
@@ -87,9 +94,25 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                     ready.append(page.evaluate(_READY_JS))
                     times.append(t["load"])
                     loaded, nreq = t["bytes"], t["requests"]
+                    # what the first screen loads, and what a reader who scrolls through loads
+                    sitecheck.settle(page)
+                    first.append(sitecheck.loaded_bytes(page))
+                    sitecheck.scroll_through(page)
+                    scrolled.append(sitecheck.loaded_bytes(page))
                     context.close()
+                    # the first widget scrolled into view of a loaded page: until it renders, responds
+                    context, page = sitecheck.open_cold(browser, server, rel)
+                    sitecheck.settle(page)
+                    r = sitecheck.first_widget_response(page)
+                    context.close()
+                    if r:
+                        w_render.append(r["render_ms"])
+                        w_respond.append(r["respond_ms"])
+                med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
                 out[rel] = {"load_ms": statistics.median(times), "ready_ms": statistics.median(ready),
-                            "loaded": loaded, "requests": nreq}
+                            "loaded": loaded, "requests": nreq,
+                            "first": med(first), "scrolled": med(scrolled),
+                            "widget_render_ms": med(w_render), "widget_respond_ms": med(w_respond)}
         finally:
             browser.close()
     return out
@@ -127,6 +150,15 @@ def main() -> None:
             f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} {ld.get('load_ms', float('nan')):8.0f}"
             f" {ld.get('ready_ms', float('nan')):8.0f}"
         )
+    if loads:
+        # a page as a reader meets it: the first screen, then scrolled to the end
+        print(f"\n{'page':40s} {'first MB':>8s} {'scrolled MB':>11s} {'ready ms':>8s} "
+              f"{'widget in view -> rendered ms':>29s} {'-> responds ms':>14s}")
+        for w in weights:
+            ld = loads.get(w.rel, {})
+            print(f"{w.rel:40s} {ld.get('first', float('nan')) / MB:8.2f} {ld.get('scrolled', float('nan')) / MB:11.2f} "
+                  f"{ld.get('ready_ms', float('nan')):8.0f} {ld.get('widget_render_ms', float('nan')):29.0f} "
+                  f"{ld.get('widget_respond_ms', float('nan')):14.0f}")
     print()
     print(f"shared _static/: {sitecheck.dir_size(static) / MB:.2f} MB on disk "
           f"(mathjax/ {sitecheck.dir_size(mathjax) / MB:.2f} MB, loaded lazily in part; "
