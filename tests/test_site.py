@@ -13,7 +13,10 @@ table of contents they assert:
 - every widget rendered (each widget-view script replaced by a widget; no "Error displaying
   widget"; no raw model JSON on the page), and moving every control of every widget through
   all its values changes the visible frame each time;
-- the page's own weight (HTML with embedded widget state, plus its images) within 3 MB.
+- the page's own weight (HTML with embedded widget state, plus its images) within 3 MB;
+- what the browser loads (cold cache) within 4.1 MB at first and 6 MB once scrolled through;
+  the widget manager (embed.js) is not fetched for a first screen with no widget near it,
+  and every widget renders once scrolled to.
 
 A full-page screenshot of each page goes to _build/screenshots/ (look at them).
 
@@ -187,6 +190,41 @@ def test_page_weight(site, rel):
         f"{rel} weighs {w.own / 1e6:.2f} MB (HTML {w.html} incl. widget state {w.widget_state}, "
         f"images {w.images}); the budget is 3 MB"
     )
+
+
+# What a page loads in the browser (decoded bytes, cold cache): at first, and once a reader has
+# scrolled through it. The widget manager (embed.js, 1.8 MB) loads only when a widget comes
+# near the viewport (assets/static/normcore-widgets.js); a widget page's frames are in its HTML.
+LOADED_FIRST_BUDGET = 4.1 * 1024 * 1024   # chapter 5: 4.02 MB (MathJax 1.1 MB of it)
+LOADED_SCROLLED_BUDGET = 6.0 * 1024 * 1024
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_loaded_weight(site, browser, rel):
+    context, page = sitecheck.open_cold(browser, site, rel)
+    try:
+        sitecheck.settle(page)
+        first = sitecheck.loaded_bytes(page)
+        embed_first = page.evaluate(
+            "() => performance.getEntriesByType('resource').some(e => /html-manager\\/embed\\.js/.test(e.name))")
+        near = page.evaluate(
+            """() => Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'))
+                .some(s => s.parentElement.getBoundingClientRect().top < 2 * window.innerHeight)""")
+        sitecheck.scroll_through(page)
+        scrolled = sitecheck.loaded_bytes(page)
+        views = page.evaluate(
+            "() => document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]').length")
+        rendered = page.evaluate("() => document.querySelectorAll('.widget-subarea > .jupyter-widgets').length")
+    finally:
+        context.close()
+    mb = 1024 * 1024
+    assert first <= LOADED_FIRST_BUDGET, f"{rel} loads {first / mb:.2f} MB at first (budget {LOADED_FIRST_BUDGET / mb} MB)"
+    assert scrolled <= LOADED_SCROLLED_BUDGET, (
+        f"{rel} loads {scrolled / mb:.2f} MB scrolled through (budget {LOADED_SCROLLED_BUDGET / mb} MB)")
+    # no widget within two screens of the top: the first screen does not fetch the widget manager
+    assert near or not embed_first, f"{rel} fetched embed.js for its first screen, with no widget near it"
+    assert rendered == views, f"{rel}: {rendered} of {views} widgets rendered after scrolling through"
 
 
 @pytest.mark.site

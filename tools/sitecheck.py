@@ -213,7 +213,23 @@ _WIDGETS_RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[ty
                 && s.previousElementSibling.querySelector('.jupyter-widgets'))"""
 
 
+_WIDGETS_INTO_VIEW_JS = f"""async () => {{
+    // the widget manager loads when a widget comes near the viewport (normcore-widgets.js):
+    // bring each widget into view once, then go back to the top
+    const views = Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
+    if (!views.length) return;
+    const y = window.scrollY;
+    for (const v of views) {{
+        if (!v.parentElement) continue;
+        v.parentElement.scrollIntoView({{block: 'center'}});
+        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)));
+    }}
+    window.scrollTo(0, y);
+}}"""
+
+
 def _wait_for_widgets(page, timeout_ms: int = 20_000) -> None:
+    page.evaluate(_WIDGETS_INTO_VIEW_JS)
     try:
         page.wait_for_function(_WIDGETS_RENDERED_JS, timeout=timeout_ms)
     except Exception:  # noqa: BLE001 - reported by inspect_widgets
