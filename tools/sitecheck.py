@@ -435,6 +435,7 @@ def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) ->
 
 
 _IMG_SRC = re.compile(r"""<img\b[^>]*?\bsrc=["']([^"']+)["']""", re.I)
+_STATE_SRC = re.compile(r'<script\b[^>]*\bdata-normcore-src="([^"]+)"[^>]*>')
 _STATE = re.compile(r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.S)
 
 
@@ -443,12 +444,13 @@ class PageWeight:
     rel: str
     html: int
     images: int
-    widget_state: int  # part of `html`
+    widget_state: int  # part of `html`, or in `state_file`
     embed_js: bool
+    state_file: int = 0  # the page's <page>.widget-state.json, fetched with the widget manager
 
     @property
     def own(self) -> int:
-        return self.html + self.images
+        return self.html + self.images + self.state_file
 
 
 def page_weight(html_dir: Path, rel: str) -> PageWeight:
@@ -466,7 +468,11 @@ def page_weight(html_dir: Path, rel: str) -> PageWeight:
             seen.add(f)
             images += f.stat().st_size
     state = sum(len(m.encode("utf-8")) for m in _STATE.findall(text))
-    return PageWeight(rel, len(text.encode("utf-8")), images, state, "html-manager/embed.js" in text)
+    # the widget state moved to a file of its own (tools/normcore_widget_state.py) counts too
+    state_file = sum((path.parent / src).stat().st_size for src in set(_STATE_SRC.findall(text))
+                     if (path.parent / src).is_file())
+    return PageWeight(rel, len(text.encode("utf-8")), images, state + state_file,
+                      "html-manager/embed.js" in text, state_file)
 
 
 def dir_size(path: Path) -> int:

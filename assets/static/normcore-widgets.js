@@ -8,9 +8,15 @@
  * printed. The first screen of a chapter never waits for the widget manager, and a reader
  * who does not scroll to a widget never downloads it.
  *
+ * The page's widget state (the frames: up to 1.5 MB) is not in the page either:
+ * tools/normcore_widget_state.py moved it to <page>.widget-state.json at build time and left
+ * its script empty (data-normcore-src names the file). The loader fetches it alongside
+ * embed.js and puts it back into the script.
+ *
  * embed.js renders every widget of the page on the window's load event. Added after that
- * event, it would wait for it forever: while it runs, a "load" listener added to a page
- * that has already loaded is called at once instead (as jQuery's ready() does).
+ * event, it would wait for it forever: while it runs, a "load" listener it adds is called
+ * once the page has loaded (at once if it already has, as jQuery's ready() does) and the
+ * state is in place.
  *
  * Widgets rendered late still get their math typeset (normcore-mathjax-shim.js gives
  * ipywidgets MathJax 3, for whenever a widget asks) and their accessible names and arrow
@@ -23,13 +29,38 @@
   var src = me && me.src ? new URL(me.getAttribute("data-embed") || "html-manager/embed.js", me.src).href : null;
   var started = false;
 
+  // the widget state, moved out of the page by tools/normcore_widget_state.py: fetched and put
+  // back into its (empty) script before embed.js reads it
+  function fetchState() {
+    var scripts = document.querySelectorAll('script[type="application/vnd.jupyter.widget-state+json"][data-normcore-src]');
+    return Promise.all(Array.prototype.map.call(scripts, function (s) {
+      if (s.textContent.trim()) return null;
+      return fetch(new URL(s.getAttribute("data-normcore-src"), document.baseURI).href)
+        .then(function (r) {
+          if (!r.ok) throw new Error("HTTP " + r.status);
+          return r.text();
+        })
+        .then(function (text) { s.textContent = text; })
+        .catch(function (err) {
+          console.error("normcore: the widget state " + s.getAttribute("data-normcore-src") + " did not load", err);
+        });
+    }));
+  }
+
   function load() {
     if (started || !src) return;
     started = true;
+    var state = fetchState();
+    var loaded = document.readyState === "complete" ? Promise.resolve() : new Promise(function (resolve) {
+      window.addEventListener("load", resolve);
+    });
     var add = window.addEventListener;
     window.addEventListener = function (type, listener) {
-      if (type === "load" && document.readyState === "complete" && typeof listener === "function") {
-        setTimeout(function () { listener.call(window, new Event("load")); }, 0);
+      if (type === "load" && typeof listener === "function") {
+        // after the page's load event and once the state is in place
+        loaded.then(function () { return state; }).then(function () {
+          listener.call(window, new Event("load"));
+        });
         return;
       }
       return add.apply(this, arguments);
