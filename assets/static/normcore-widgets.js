@@ -70,6 +70,13 @@
     s.src = src;
     s.onload = done;
     s.onerror = done;
+    // embed.js brings Font Awesome 5's CSS, whose ".fas" would take the theme's own icons
+    // (download, full screen: Font Awesome 6 names them .fas too) and fetch a second icon
+    // font; outside widgets they keep the theme's (a more specific rule, so before it)
+    var style = document.createElement("style");
+    style.textContent = '.fas:not(.jupyter-widgets *), .fa-solid:not(.jupyter-widgets *) ' +
+      '{ font-family: "Font Awesome 6 Free"; }';
+    document.head.appendChild(style);
     document.head.appendChild(s);
   }
 
