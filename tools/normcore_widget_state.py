@@ -1,22 +1,27 @@
-"""Sphinx extension: a page's widget state (its frames) in a file of its own, fetched with the
+"""Sphinx extension: a page's widget state (its frames) in a file of its own, loaded with the
 widget manager.
 
 myst-nb writes a notebook's widget state, every frame of every widget, into the page's
 <head> as <script type="application/vnd.jupyter.widget-state+json">; a reader who never
 scrolls to a widget still downloads all of it (1.5 MB on chapter 5). This moves the state
-into ``<page>.widget-state.json`` next to the page and leaves the script empty, with
-``data-normcore-src`` naming the file; assets/static/normcore-widgets.js fetches it (in
+into ``<page>.widget-state.js`` next to the page and leaves the script empty, with
+``data-normcore-src`` naming the file; assets/static/normcore-widgets.js loads it (in
 parallel with embed.js) when a widget first comes near the viewport, and fills the script
-in before embed.js reads it. The JSON is written as myst-nb made it.
+in before embed.js reads it.
+
+The file is a script, not JSON to fetch(): a book opened from disk (file://, as `make book`
+does) may load scripts but not fetch files. It assigns the JSON that myst-nb made, as an
+object literal, to ``window.normcoreWidgetState[<file name>]``.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 STATE = "application/vnd.jupyter.widget-state+json"
-SUFFIX = ".widget-state.json"
+SUFFIX = ".widget-state.js"
 
 
 def _split(app, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
@@ -31,9 +36,11 @@ def _split(app, pagename: str, templatename: str, context: dict, doctree: Any) -
             continue
         target = Path(app.outdir) / (pagename + SUFFIX)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(attrs["body"], encoding="utf-8")
+        name = Path(pagename).name + SUFFIX
+        target.write_text(f"(window.normcoreWidgetState = window.normcoreWidgetState || {{}})[{json.dumps(name)}] =\n"
+                          f"{attrs['body']};\n", encoding="utf-8")
         rest = {k: v for k, v in attrs.items() if k != "body"}
-        rest["data-normcore-src"] = Path(pagename).name + SUFFIX
+        rest["data-normcore-src"] = name
         scripts[i] = type(js)(js.filename, priority=js.priority, **rest, body="")
 
 

@@ -9,8 +9,8 @@
  * who does not scroll to a widget never downloads it.
  *
  * The page's widget state (the frames: up to 1.5 MB) is not in the page either:
- * tools/normcore_widget_state.py moved it to <page>.widget-state.json at build time and left
- * its script empty (data-normcore-src names the file). The loader fetches it alongside
+ * tools/normcore_widget_state.py moved it to <page>.widget-state.js at build time and left
+ * its script empty (data-normcore-src names the file). The loader loads it alongside
  * embed.js and puts it back into the script.
  *
  * embed.js renders every widget of the page on the window's load event. Added after that
@@ -29,28 +29,37 @@
   var src = me && me.src ? new URL(me.getAttribute("data-embed") || "html-manager/embed.js", me.src).href : null;
   var started = false;
 
-  // the widget state, moved out of the page by tools/normcore_widget_state.py: fetched and put
-  // back into its (empty) script before embed.js reads it
-  function fetchState() {
+  // the widget state, moved out of the page by tools/normcore_widget_state.py into a script
+  // (<page>.widget-state.js, which works from file:// too): loaded and put back into its
+  // (empty) script element before embed.js reads it
+  function loadState() {
     var scripts = document.querySelectorAll('script[type="application/vnd.jupyter.widget-state+json"][data-normcore-src]');
     return Promise.all(Array.prototype.map.call(scripts, function (s) {
       if (s.textContent.trim()) return null;
-      return fetch(new URL(s.getAttribute("data-normcore-src"), document.baseURI).href)
-        .then(function (r) {
-          if (!r.ok) throw new Error("HTTP " + r.status);
-          return r.text();
-        })
-        .then(function (text) { s.textContent = text; })
-        .catch(function (err) {
-          console.error("normcore: the widget state " + s.getAttribute("data-normcore-src") + " did not load", err);
-        });
+      var name = s.getAttribute("data-normcore-src");
+      return new Promise(function (resolve) {
+        var js = document.createElement("script");
+        js.src = new URL(name, document.baseURI).href;
+        js.onload = function () {
+          var all = window.normcoreWidgetState || {};
+          if (all[name]) s.textContent = JSON.stringify(all[name]);
+          else console.error("normcore: " + name + " holds no widget state");
+          delete all[name];
+          resolve();
+        };
+        js.onerror = function () {
+          console.error("normcore: the widget state " + name + " did not load");
+          resolve();
+        };
+        document.head.appendChild(js);
+      });
     }));
   }
 
   function load() {
     if (started || !src) return;
     started = true;
-    var state = fetchState();
+    var state = loadState();
     var loaded = document.readyState === "complete" ? Promise.resolve() : new Promise(function (resolve) {
       window.addEventListener("load", resolve);
     });
