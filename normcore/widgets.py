@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import itertools
 import math
 import numbers
@@ -55,12 +54,17 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import ipywidgets
 
+from .images import IMAGE_FORMATS, compact_image, figure_description, figure_to_png, png_description
+
 __all__ = [
     "Control",
     "StaticWidget",
     "WidgetBudgetError",
     "static_widget",
     "figure_to_png",
+    "figure_description",
+    "png_description",
+    "compact_image",
     "DEFAULT_MAX_FRAMES",
     "DEFAULT_MAX_BYTES",
 ]
@@ -68,7 +72,7 @@ __all__ = [
 #: Largest number of frames one widget may hold (the product of the control sizes).
 DEFAULT_MAX_FRAMES = 64
 #: Largest embedded size of one widget's frames, in bytes as they appear in the page's
-#: widget state (PNG bytes are base64 encoded there, so they count 4/3). The page budget
+#: widget state (image bytes are base64 encoded there, so they count 4/3). The page budget
 #: is 3 MB; one widget may take at most 1 MB of it by default.
 DEFAULT_MAX_BYTES = 1_000_000
 
@@ -183,42 +187,6 @@ def _label(v: Any) -> str:
     return str(v)
 
 
-def figure_to_png(fig: Any, dpi: int = 80, *, colors: int | None = 256) -> bytes:
-    """Render a matplotlib Figure to PNG bytes and close it.
-
-    The PNG carries no timestamp or software tag, so the same figure always gives the same
-    bytes. With ``colors`` (default 256) the image is quantized to an adaptive palette,
-    which typically makes plots 2-4x smaller with no visible change; ``None`` keeps RGBA.
-    The PNG's ``Description`` text is the figure's own words (:func:`figure_description`),
-    which :func:`static_widget` uses as the frame's text alternative.
-    """
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    try:
-        description = figure_description(fig) or None
-        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None, "Description": description})
-    finally:
-        plt.close(fig)
-    data = buf.getvalue()
-    if colors:
-        from PIL import Image
-
-        img = Image.open(io.BytesIO(data)).convert("RGB")
-        pal = img.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-        out = io.BytesIO()
-        info = None
-        if description:
-            from PIL.PngImagePlugin import PngInfo
-
-            info = PngInfo()
-            info.add_itxt("Description", description)
-        pal.save(out, format="png", optimize=True, pnginfo=info)
-        if out.tell() < len(data):
-            data = out.getvalue()
-    return data
-
-
 def _is_figure(obj: Any) -> bool:
     try:
         from matplotlib.figure import Figure
@@ -266,37 +234,6 @@ _SVG_OPEN = re.compile(r"<svg\b[^>]*>", re.S)
 _SVG_TITLE = re.compile(r"<svg\b[^>]*>\s*(?:<[^>]*>\s*)*?<title>(.*?)</title>", re.S)
 
 
-def figure_description(fig: Any) -> str:
-    """A figure described by its own words: the suptitle, then each panel's title with its
-    axis labels, TeX markup dropped. Empty if the figure has no text."""
-
-    def plain(s: str) -> str:
-        s = re.sub(r"\\([A-Za-z]+)", r"\1", s.replace("$", "").replace("{", "").replace("}", ""))
-        return " ".join(s.split())
-
-    parts = []
-    sup = getattr(fig, "_suptitle", None)
-    if sup is not None and sup.get_text().strip():
-        parts.append(plain(sup.get_text()))
-    for ax in fig.get_axes():
-        title = plain(" ".join(t for t in (ax.get_title("left"), ax.get_title(), ax.get_title("right")) if t))
-        x, y = plain(ax.get_xlabel()), plain(ax.get_ylabel())
-        plot = (f"plot of {y}" if y else "plot") + (f" over {x}" if x else "") if (x or y) else ""
-        if title and plot:
-            parts.append(f"{title} ({plot})")
-        elif title or plot:
-            parts.append(title or plot)
-    return "; ".join(p for p in parts if p)
-
-
-def png_description(data: bytes) -> str:
-    """The ``Description`` (or ``Title``) text chunk of a PNG, or ``""``."""
-    from PIL import Image
-
-    text = getattr(Image.open(io.BytesIO(data)), "text", {}) or {}
-    return " ".join(str(text.get("Description") or text.get("Title") or "").split())
-
-
 class _Png(NamedTuple):
     """A PNG frame before it becomes an ``<img alt=...>`` (:func:`_with_text_alternative`)."""
 
@@ -305,12 +242,13 @@ class _Png(NamedTuple):
 
 
 def _with_text_alternative(w: ipywidgets.Widget | _Png, fmt: str, alt: str | None,
-                           settings: str) -> tuple[ipywidgets.Widget, int]:
-    """Give a frame its text alternative; return (frame, embedded bytes).
+                           settings: str, image_format: str = "png") -> tuple[ipywidgets.Widget, int, str]:
+    """Give a frame its text alternative.
 
     An SVG frame becomes ``<svg role="img">`` named by ``alt`` (as ``aria-label``) or by its
     own ``<title>``. A PNG frame becomes an ``<img alt=...>`` inside an ``ipywidgets.HTML``
-    (``ipywidgets.Image`` renders an ``<img>`` with no way to give it alt text)."""
+    (``ipywidgets.Image`` renders an ``<img>`` with no way to give it alt text), its pixels
+    encoded as :func:`compact_image` chooses. Returns (frame, embedded bytes, format)."""
     if alt is not None and not (isinstance(alt, str) and alt.strip()):
         raise TypeError(f"alt(...) must return a non-empty str, got {alt!r}")
     if fmt == "svg":
@@ -326,15 +264,16 @@ def _with_text_alternative(w: ipywidgets.Widget | _Png, fmt: str, alt: str | Non
             attrs += f' aria-label="{html.escape("Picture for " + settings, quote=True)}"'
         text = tag[:4] + attrs + tag[4:] + text[len(tag):] if attrs else text
         w.value = text
-        return w, len(text.encode("utf-8"))
+        return w, len(text.encode("utf-8")), fmt
     data = bytes(w.value)
     if alt is None:
         own = png_description(data)
         alt = f"{own}. Shown for {settings}." if own else f"Picture for {settings}."
+    fmt, data = compact_image(data, image_format)
     style = "max-width:100%;height:auto" + (f";width:{w.width}" if w.width else "")
-    value = (f'<img src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}" '
+    value = (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode("ascii")}" '
              f'alt="{html.escape(alt.strip(), quote=True)}" style="{style}">')
-    return ipywidgets.HTML(value=value), len(value.encode("utf-8"))
+    return ipywidgets.HTML(value=value), len(value.encode("utf-8")), fmt
 
 
 class StaticWidget(ipywidgets.VBox):
@@ -347,8 +286,8 @@ class StaticWidget(ipywidgets.VBox):
     ``links``     the :func:`ipywidgets.jslink` objects, (control.index -> stack.selected_index)
     ``frames``    dict index tuple -> frame widget (``ipywidgets.HTML``: an ``<svg role="img">``
                   or an ``<img alt=...>``, each with its text alternative)
-    ``nbytes``    embedded size of all frames in bytes (PNG counted base64-encoded)
-    ``formats``   set of frame formats used ("svg", "png")
+    ``nbytes``    embedded size of all frames in bytes (images counted base64-encoded)
+    ``formats``   set of frame formats used ("svg", "png", "webp")
     """
 
     def _summary(self) -> str:
@@ -379,6 +318,7 @@ def static_widget(
     dpi: int = 80,
     hidpi: bool = True,
     colors: int | None = 256,
+    image_format: str = "auto",
 ) -> StaticWidget:
     """Render ``render(**values)`` over the whole grid of ``controls``, frames switched in JS.
 
@@ -414,6 +354,9 @@ def static_widget(
         them at their ``dpi`` size.
     colors:
         Palette size of matplotlib frames (see :func:`figure_to_png`; ``None``: full RGBA).
+    image_format:
+        How raster frames are embedded: ``"auto"`` (the smaller of the PNG and a lossless
+        WebP of the same pixels), ``"webp"`` or ``"png"``; see :func:`compact_image`.
 
     Returns
     -------
@@ -424,6 +367,8 @@ def static_widget(
     """
     if not callable(render):
         raise TypeError("render must be callable")
+    if image_format not in IMAGE_FORMATS:
+        raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
     if not isinstance(controls, Mapping) or not controls:
         raise ValueError("controls must be a non-empty mapping name -> values")
     specs: dict[str, Control] = {}
@@ -451,7 +396,8 @@ def static_widget(
         kwargs = {n: specs[n].items[i] for n, i in zip(names, key)}
         w, nbytes, fmt = _frame(render(**kwargs), key, dpi, hidpi, colors)
         settings = "; ".join(f"{specs[n].description or n}: {specs[n].labels[i]}" for n, i in zip(names, key))
-        w, nbytes = _with_text_alternative(w, fmt, alt(**kwargs) if alt is not None else None, settings)
+        w, nbytes, fmt = _with_text_alternative(w, fmt, alt(**kwargs) if alt is not None else None,
+                                                settings, image_format)
         w.add_class("normcore-frame")
         total += nbytes
         if total > max_bytes:

@@ -186,8 +186,8 @@ def test_hidpi_frames_are_shown_at_their_dpi_size():
 
     w = static_widget(lambda n: vb.batch_dependence_figure(n, 0), {"n": [2, 4]}, dpi=80)
     frame = w.frames[(0,)]
-    # a PNG frame is an <img alt=...> (widgets.py), shown at the dpi's width, with 2x pixels
-    img = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="[^"]+" style="([^"]+)"',
+    # a raster frame is an <img alt=...> (PNG or lossless WebP), shown at the dpi's width, with 2x pixels
+    img = re.search(r'<img src="data:image/(?:png|webp);base64,([^"]+)" alt="[^"]+" style="([^"]+)"',
                     frame.value)
     assert img, frame.value[:200]
     assert f"width:{round(7.6 * 80)}px" in img.group(2)                   # displayed size

@@ -99,9 +99,9 @@ def test_widget_frames_are_shown_at_the_frame_width():
     w = static_widget(lambda a: vi.adain_figure("china", "china", a), {"a": [0.0, 1.0]},
                       colors=128)
     for frame in w.frames.values():
-        # a PNG frame is an <img alt=...> (widgets.py): shown at FRAME_WIDTH css px, at most
+        # a raster frame is an <img alt=...> (PNG or lossless WebP): shown at FRAME_WIDTH css px, at most
         # the column's width, with twice the pixels (HiDPI)
-        img = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="[^"]+" style="([^"]+)"',
+        img = re.search(r'<img src="data:image/(?:png|webp);base64,([^"]+)" alt="[^"]+" style="([^"]+)"',
                         frame.value)
         assert img, frame.value[:200]
         assert f"width:{vi.FRAME_WIDTH}px" in img.group(2) and "max-width:100%" in img.group(2)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import itertools
 import json
 import math
 import re
 
 import ipywidgets
+import numpy as np
 import matplotlib
 
 matplotlib.use("Agg")
@@ -65,18 +67,27 @@ def frame_payload(frame: ipywidgets.Widget):
     return bytes(frame.value) if isinstance(frame.value, memoryview) else frame.value
 
 
-_IMG = re.compile(r'^<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="([^"]+)"')
+_IMG = re.compile(r'^<img src="data:image/(png|webp);base64,([A-Za-z0-9+/=]+)" alt="([^"]+)"')
 
 
 def frame_png(frame: ipywidgets.Widget) -> bytes:
-    """The PNG bytes of a PNG frame (an <img> with a data: URL in an HTML widget)."""
+    """The image bytes of a raster frame (an <img> with a data: URL in an HTML widget): a PNG
+    or a lossless WebP."""
     m = _IMG.match(frame.value)
     assert m, frame.value[:80]
-    return base64.b64decode(m.group(1))
+    return base64.b64decode(m.group(2))
 
 
 def frame_alt(frame: ipywidgets.Widget) -> str:
-    return html.unescape(_IMG.match(frame.value).group(2))
+    return html.unescape(_IMG.match(frame.value).group(3))
+
+
+def pixels(data: bytes):
+    """(size, RGBA pixel bytes) of an encoded image."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data))
+    return img.size, img.convert("RGBA").tobytes()
 
 
 @pytest.fixture(autouse=True)
@@ -222,11 +233,17 @@ def test_figures_become_png_images_and_are_closed():
     w = static_widget(fig_render, {"slope": [0.5, 1.0, 2.0]})
     assert set(plt.get_fignums()) == before  # every rendered figure was closed
     frames = list(w.frames.values())
-    # an <img> with alt text (ipywidgets.Image cannot carry alt text), the PNG as a data: URL
+    # an <img> with alt text (ipywidgets.Image cannot carry alt text), the image as a data:
+    # URL: the figure's palette PNG re-encoded as lossless WebP, which is smaller
     assert all(isinstance(f, ipywidgets.HTML) for f in frames)
-    assert all(frame_png(f).startswith(b"\x89PNG\r\n\x1a\n") for f in frames)
+    assert all(f.value.startswith('<img src="data:image/webp;base64,') for f in frames)
+    assert all(frame_png(f)[:4] == b"RIFF" and frame_png(f)[8:12] == b"WEBP" for f in frames)
     assert len({frame_png(f) for f in frames}) == 3
-    assert w.formats == {"png"}
+    assert w.formats == {"webp"}
+    # the same pixels as the PNG that figure_to_png draws
+    png = figure_to_png(fig_render(0.5), dpi=160)
+    assert pixels(frame_png(frames[0])) == pixels(png)
+    assert len(frame_png(frames[0])) < len(png)
     # frames count as embedded in the page (the PNG base64-encoded)
     assert w.nbytes == sum(len(f.value.encode("utf-8")) for f in frames)
     assert w.nbytes > sum(4 * math.ceil(len(frame_png(f)) / 3) for f in frames)
@@ -242,8 +259,38 @@ def test_figure_to_png_is_deterministic_and_small():
 
 def test_png_bytes_pass_through():
     png = figure_to_png(fig_render(1.0))
-    w = static_widget(lambda v: png if v else figure_to_png(fig_render(2.0)), {"v": [True, False]})
+    w = static_widget(lambda v: png if v else figure_to_png(fig_render(2.0)), {"v": [True, False]},
+                      image_format="png")
     assert frame_png(w.frames[(0,)]) == png
+    assert w.formats == {"png"}
+    # re-encoded, the pixels stay exactly the same
+    w = static_widget(lambda v: png, {"v": [True]})
+    assert pixels(frame_png(w.frames[(0,)])) == pixels(png)
+
+
+def test_compact_image_is_lossless_and_never_larger():
+    from PIL import Image
+
+    from normcore.widgets import compact_image
+
+    rng = np.random.default_rng(0)
+    photo = Image.fromarray(rng.integers(0, 256, (40, 60, 4), dtype=np.uint8), "RGBA")  # alpha too
+    flat = figure_to_png(fig_render(1.0), dpi=160)                                     # a palette plot
+    for img in (photo, flat):
+        if isinstance(img, Image.Image):
+            buf = io.BytesIO()
+            img.save(buf, format="png")
+            img = buf.getvalue()
+        fmt, data = compact_image(img, "webp")
+        assert fmt == "webp" and pixels(data) == pixels(img)
+        fmt, data = compact_image(img)                   # auto: the smaller of the two
+        assert len(data) <= len(img) and pixels(data) == pixels(img)
+        assert compact_image(img, "png") == ("png", img)
+    assert compact_image(flat)[0] == "webp"
+    with pytest.raises(ValueError, match="image_format"):
+        compact_image(flat, "jpeg")
+    with pytest.raises(ValueError, match="image_format"):
+        static_widget(fig_render, {"slope": [1.0]}, image_format="gif")
 
 
 def test_bad_render_results():

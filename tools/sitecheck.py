@@ -215,7 +215,23 @@ _WIDGETS_RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[ty
                 && s.previousElementSibling.querySelector('.jupyter-widgets'))"""
 
 
+_WIDGETS_INTO_VIEW_JS = f"""async () => {{
+    // the widget manager loads when a widget comes near the viewport (normcore-widgets.js):
+    // bring each widget into view once, then go back to the top
+    const views = Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
+    if (!views.length) return;
+    const y = window.scrollY;
+    for (const v of views) {{
+        if (!v.parentElement) continue;
+        v.parentElement.scrollIntoView({{block: 'center'}});
+        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)));
+    }}
+    window.scrollTo(0, y);
+}}"""
+
+
 def _wait_for_widgets(page, timeout_ms: int = 20_000) -> None:
+    page.evaluate(_WIDGETS_INTO_VIEW_JS)
     try:
         page.wait_for_function(_WIDGETS_RENDERED_JS, timeout=timeout_ms)
     except Exception:  # noqa: BLE001 - reported by inspect_widgets
@@ -421,6 +437,7 @@ def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) ->
 
 
 _IMG_SRC = re.compile(r"""<img\b[^>]*?\bsrc=["']([^"']+)["']""", re.I)
+_STATE_SRC = re.compile(r'<script\b[^>]*\bdata-normcore-src="([^"]+)"[^>]*>')
 _STATE = re.compile(r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.S)
 # typeset math, in the page or in the widget state (where JSON writes "</" as "<\/")
 _MATH_MARKUP = re.compile(r'<mjx-container\b.*?<\\?/mjx-container>|<style id="normcore-math".*?</style>', re.S)
@@ -431,13 +448,14 @@ class PageWeight:
     rel: str
     html: int
     images: int
-    widget_state: int  # part of `html`
+    widget_state: int  # part of `html`, or in `state_file`
     embed_js: bool
-    math: int = 0  # part of `html`: the typeset math (CHTML markup, its stylesheet)
+    math: int = 0  # the typeset math (CHTML markup, its stylesheet), in `html` or the state file
+    state_file: int = 0  # the page's <page>.widget-state.js, loaded with the widget manager
 
     @property
     def own(self) -> int:
-        return self.html + self.images
+        return self.html + self.images + self.state_file
 
 
 def page_weight(html_dir: Path, rel: str) -> PageWeight:
@@ -455,32 +473,14 @@ def page_weight(html_dir: Path, rel: str) -> PageWeight:
             seen.add(f)
             images += f.stat().st_size
     state = sum(len(m.encode("utf-8")) for m in _STATE.findall(text))
-    math = sum(len(m.encode("utf-8")) for m in _MATH_MARKUP.findall(text))
-    return PageWeight(rel, len(text.encode("utf-8")), images, state, "html-manager/embed.js" in text, math)
-
-
-_LOADED_JS = """() => {
-    const n = performance.getEntriesByType('navigation')[0];
-    const files = [{url: n.name, bytes: n.decodedBodySize}].concat(
-        performance.getEntriesByType('resource').map(e => ({url: e.name, bytes: e.decodedBodySize})));
-    return {bytes: files.reduce((s, f) => s + f.bytes, 0), requests: files.length, files};
-}"""
-
-
-def loaded_weight(browser, server: LocalServer, rel: str, *, viewport: dict | None = None) -> dict:
-    """What the browser fetches for `rel` from a cold cache, once the network is idle after
-    the load event: {"bytes": decoded bytes, "requests": n, "files": [{"url", "bytes"}, ...]}."""
-    context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
-    try:
-        page = context.new_page()
-        page.goto(server.url(rel), wait_until="load", timeout=60_000)
-        try:
-            page.wait_for_load_state("networkidle", timeout=15_000)
-        except Exception:  # noqa: BLE001 - measured as it is
-            pass
-        return page.evaluate(_LOADED_JS)
-    finally:
-        context.close()
+    # the widget state moved to a file of its own (assets/sphinx_ext/normcore_widget_state.py)
+    # counts too
+    files = [path.parent / src for src in sorted(set(_STATE_SRC.findall(text)))]
+    files_text = [f.read_text(encoding="utf-8") for f in files if f.is_file()]
+    state_file = sum(len(s.encode("utf-8")) for s in files_text)
+    math = sum(len(m.encode("utf-8")) for s in [text, *files_text] for m in _MATH_MARKUP.findall(s))
+    return PageWeight(rel, len(text.encode("utf-8")), images, state + state_file,
+                      "html-manager/embed.js" in text, math, state_file)
 
 
 def dir_size(path: Path) -> int:
@@ -633,3 +633,105 @@ def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | Non
     _wait_for_widgets(page)
     page.wait_for_timeout(settle_ms)
     return context, page
+
+
+# --- what a page loads: at first, and once scrolled through; how soon a widget responds -----------
+
+_LOADED_JS = """() => {
+    const n = performance.getEntriesByType('navigation')[0];
+    const r = performance.getEntriesByType('resource');
+    return n.decodedBodySize + r.reduce((s, e) => s + e.decodedBodySize, 0);
+}"""
+
+_SCROLL_THROUGH_JS = f"""async () => {{
+    // scroll down one screen at a time, as a reader would, then wait for every widget
+    const step = Math.max(200, window.innerHeight - 100);
+    for (let y = 0; y < document.documentElement.scrollHeight; y += step) {{
+        window.scrollTo(0, y);
+        await new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)));
+    }}
+    window.scrollTo(0, document.documentElement.scrollHeight);
+    const views = () => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
+    const rendered = s => s.previousElementSibling && s.previousElementSibling.querySelector
+        && s.previousElementSibling.querySelector('.jupyter-widgets');
+    const t0 = Date.now();
+    while (!views().every(rendered) && Date.now() - t0 < 30000)
+        await new Promise(r => setTimeout(r, 50));
+}}"""
+
+_FIRST_WIDGET_INTO_VIEW_JS = f"""async () => {{
+    // scroll the first widget into the middle of the screen; milliseconds until it renders
+    const v = document.querySelector('script[type="{WIDGET_VIEW}"]');
+    if (!v) return null;
+    v.parentElement.scrollIntoView({{block: 'center'}});
+    const t0 = performance.now();
+    while (!(v.previousElementSibling && v.previousElementSibling.querySelector
+             && v.previousElementSibling.querySelector('.jupyter-widgets'))) {{
+        if (performance.now() - t0 > 30000) return {{t0, rendered: NaN}};
+        await new Promise(r => setTimeout(r, 5));
+    }}
+    return {{t0, rendered: performance.now()}};
+}}"""
+
+
+def open_cold(browser, server: LocalServer, rel: str, *, viewport: dict | None = None):
+    """`rel` in a fresh context (cold cache), every resource timed (no 250-entry cap); returns
+    (context, page) once the load event has fired. The caller closes the context."""
+    context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
+    context.add_init_script("performance.setResourceTimingBufferSize(100000);")
+    page = context.new_page()
+    page.goto(server.url(rel), wait_until="load", timeout=60_000)
+    return context, page
+
+
+def loaded_bytes(page) -> int:
+    """Decoded bytes of everything the page has fetched so far (the document included)."""
+    return page.evaluate(_LOADED_JS)
+
+
+def settle(page, quiet_ms: int = 500, timeout_ms: int = 15_000) -> None:
+    """Wait until the page has fetched nothing for `quiet_ms`."""
+    try:
+        page.wait_for_load_state("networkidle", timeout=timeout_ms)
+    except Exception:  # noqa: BLE001 - a page that never settles is measured as it is
+        pass
+    page.wait_for_timeout(quiet_ms // 5)
+
+
+def scroll_through(page) -> None:
+    """Scroll from top to bottom a screen at a time, then wait until every widget rendered
+    and nothing more is fetched."""
+    page.evaluate(_SCROLL_THROUGH_JS)
+    settle(page)
+
+
+def first_widget_response(page) -> dict | None:
+    """Scroll the page's first widget into view and move its first control: milliseconds from
+    the scroll until the widget is rendered ("render_ms") and until the move has changed its
+    frame ("respond_ms"). None for a page without widgets."""
+    t = page.evaluate(_FIRST_WIDGET_INTO_VIEW_JS)
+    if t is None:
+        return None
+    root = page.locator(".widget-subarea > .jupyter-widgets").first
+    out = {"render_ms": t["rendered"] - t["t0"], "respond_ms": float("nan")}
+    controls = root.evaluate(_CONTROLS_JS) if root.count() else []
+    if not controls:
+        return out
+    info = controls[0]
+    ctl = root.locator('[data-nc-ctl="0"]')
+    target = 1 if info["index"] == 0 else info["index"] - 1
+    before = root.evaluate(_SIGNATURE_JS)
+    if info["kind"] == "select":
+        ctl.select_option(index=target)
+    elif info["kind"] == "toggle":
+        ctl.locator("button").nth(target).click()
+    else:
+        ctl.focus()
+        ctl.press("ArrowRight" if target > info["index"] else "ArrowLeft")
+    t1 = time.monotonic()
+    while time.monotonic() - t1 < 10:
+        if root.evaluate(_SIGNATURE_JS) != before:
+            out["respond_ms"] = page.evaluate("() => performance.now()") - t["t0"]
+            break
+        page.wait_for_timeout(10)
+    return out
