@@ -6,8 +6,8 @@ where the widget manager (embed.js) is loaded, and load times in headless Chromi
                                                         #   rm -rf _build && jupyter-book build ...
     .venv/bin/python benchmarks/site.py --runs 5        # load each page 5 times (median)
 
-A page's own weight is its HTML (holding the embedded widget state) plus the images it
-references outside _static/. _static/ is shared by all pages and cached by the browser after
+A page's own weight is its HTML, its widget state (a file of its own), the widgets' frames
+(in _frames/, each fetched when shown) and the images it references outside _static/. _static/ is shared by all pages and cached by the browser after
 the first; "loaded" is what the browser actually fetched for the page (decoded bytes,
 everything included, cold cache). Load time is navigation start to the end of the load event,
 cold cache, from a server on 127.0.0.1; "ready" (time to interactive) is navigation start to
@@ -148,13 +148,13 @@ def main() -> None:
     static = html / "_static"
     embed = static / "html-manager" / "embed.js"
     mathjax = static / "mathjax"
-    print(f"{'page':40s} {'own MB':>7s} {'budget':>7s} {'html':>9s} {'w-state':>9s} {'images':>9s} "
+    print(f"{'page':40s} {'own MB':>7s} {'budget':>7s} {'html':>9s} {'w-state':>9s} {'frames':>9s} {'images':>9s} "
           f"{'math':>8s} {'embed.js':>8s} {'loaded MB':>9s} {'reqs':>5s} {'load ms':>8s} {'ready ms':>8s}")
     for w in weights:
         ld = loads.get(w.rel, {})
         print(
             f"{w.rel:40s} {w.own / MB:7.3f} {w.own / sitecheck.PAGE_BUDGET:6.1%} {w.html:9d} "
-            f"{w.widget_state:9d} {w.images:9d} {w.math:8d} {'yes' if w.embed_js else 'no':>8s} "
+            f"{w.widget_state:9d} {w.frames:9d} {w.images:9d} {w.math:8d} {'yes' if w.embed_js else 'no':>8s} "
             f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} {ld.get('load_ms', float('nan')):8.0f}"
             f" {ld.get('ready_ms', float('nan')):8.0f}"
         )

@@ -437,6 +437,8 @@ def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) ->
 
 
 _IMG_SRC = re.compile(r"""<img\b[^>]*?\bsrc=["']([^"']+)["']""", re.I)
+# a frame in the widget state file, moved to _frames/ (JSON escapes the attribute's quotes)
+_FRAME_SRC = re.compile(r'<img src=\\"([^"\\]+)\\"')
 _STATE_SRC = re.compile(r'<script\b[^>]*\bdata-normcore-src="([^"]+)"[^>]*>')
 _STATE = re.compile(r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.S)
 # typeset math, in the page or in the widget state (where JSON writes "</" as "<\/")
@@ -452,15 +454,17 @@ class PageWeight:
     embed_js: bool
     math: int = 0  # the typeset math (CHTML markup, its stylesheet), in `html` or the state file
     state_file: int = 0  # the page's <page>.widget-state.js, loaded with the widget manager
+    frames: int = 0  # the widgets' frames in _frames/, each fetched when it is shown
 
     @property
     def own(self) -> int:
-        return self.html + self.images + self.state_file
+        return self.html + self.images + self.state_file + self.frames
 
 
 def page_weight(html_dir: Path, rel: str) -> PageWeight:
-    """A page's own weight: its HTML (which holds the embedded widget state) plus the images
-    it references outside _static/ (shared by every page, counted separately)."""
+    """A page's own weight: its HTML, its widget state (in the HTML or a file of its own), the
+    widgets' frames, and the images it references outside _static/ (shared by every page,
+    counted separately)."""
     path = Path(html_dir) / rel
     text = path.read_text(encoding="utf-8")
     images = 0
@@ -479,8 +483,13 @@ def page_weight(html_dir: Path, rel: str) -> PageWeight:
     files_text = [f.read_text(encoding="utf-8") for f in files if f.is_file()]
     state_file = sum(len(s.encode("utf-8")) for s in files_text)
     math = sum(len(m.encode("utf-8")) for s in [text, *files_text] for m in _MATH_MARKUP.findall(s))
+    frame_files = {(path.parent / src).resolve() for s in files_text for src in _FRAME_SRC.findall(s)}
+    missing = sorted(str(f) for f in frame_files if not f.is_file())
+    if missing:
+        raise FileNotFoundError(f"{rel}: widget frames missing from the site: {missing[:3]}")
+    frames = sum(f.stat().st_size for f in frame_files)
     return PageWeight(rel, len(text.encode("utf-8")), images, state + state_file,
-                      "html-manager/embed.js" in text, math, state_file)
+                      "html-manager/embed.js" in text, math, state_file, frames)
 
 
 def dir_size(path: Path) -> int:
