@@ -156,7 +156,6 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300):
         "() => { const n = performance.getEntriesByType('navigation')[0];"
         " return n ? n.loadEventEnd - n.startTime : NaN; }"
     )
-    _wait_for_math(page)
     _wait_for_widgets(page)
     page.wait_for_timeout(settle_ms)
     report.math = inspect_math(page)
@@ -165,48 +164,6 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300):
     report.favicon = inspect_favicon(page)
     report.downloads = inspect_downloads(page)
     return context, page, report
-
-
-def _wait_for_math(page) -> None:
-    page.evaluate(
-        """async () => {
-            if (!document.querySelector('.math')) return;
-            // math typeset at build time (assets/sphinx_ext/normcore_math.py): no MathJax runs
-            if (!document.querySelector('script[src*="mathjax/"]')) return;
-            const t0 = Date.now();
-            while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
-                if (Date.now() - t0 > 15000) return;  // reported as untypeset math
-                await new Promise(r => setTimeout(r, 50));
-            }
-            await MathJax.startup.promise;
-            // MathJax typesets lazily (ui/lazy: as formulas scroll into view); scroll through
-            // the page so that every formula is typeset, and checked, before we look
-            // open the collapsed solutions and hidden inputs, so that their math is checked too
-            document.querySelectorAll('details').forEach(d => { d.open = true; });
-            document.querySelectorAll('.admonition.dropdown.toggle-hidden > .toggle-button, '
-                                      + '.admonition.dropdown.toggle-hidden button.toggle-button')
-                .forEach(b => b.click());
-            await new Promise(r => setTimeout(r, 100));
-            const step = Math.max(200, window.innerHeight - 100);
-            const pendingInView = () => Array.from(document.querySelectorAll('mjx-lazy')).some(e => {
-                const c = e.closest('mjx-container');
-                if (!c.getClientRects().length) return false;          // in a closed dropdown
-                const r = c.getBoundingClientRect();
-                return r.bottom >= -200 && r.top <= window.innerHeight + 200;
-            });
-            for (let y = 0; y < document.documentElement.scrollHeight; y += step) {
-                window.scrollTo(0, y);
-                await new Promise(r => requestAnimationFrame(() => setTimeout(r, 20)));
-                for (let k = 0; k < 50 && pendingInView(); k++)
-                    await new Promise(r => setTimeout(r, 20));
-            }
-            window.scrollTo(0, document.documentElement.scrollHeight);
-            await new Promise(r => setTimeout(r, 100));
-            if (MathJax.typesetPromise) { try { await MathJax.typesetPromise(); } catch (e) {} }
-            window.scrollTo(0, 0);
-            await new Promise(r => setTimeout(r, 50));
-        }"""
-    )
 
 
 _WIDGETS_RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'))
@@ -638,7 +595,6 @@ def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | Non
                   or urlsplit(r.request.url).scheme in ("data", "blob", "about") else r.abort("blockedbyclient"))
     page = context.new_page()
     page.goto(server.url(rel), wait_until="load", timeout=60_000)
-    _wait_for_math(page)
     _wait_for_widgets(page)
     page.wait_for_timeout(settle_ms)
     return context, page
