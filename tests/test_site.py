@@ -347,6 +347,57 @@ def test_undefined_macro_fails_the_build(tmp_path):
     assert "bad.html: Undefined control sequence \\undefinedmacro" in str(err.value)
     assert "label.html: TeX in a widget's LabelModel.value" in str(err.value)
 
+
+def test_widget_state_and_frames_leave_the_page(tmp_path):
+    """The post-build step: a page's widget state goes to <page>.widget-state.js, its script
+    left empty and naming the file; each PNG/WebP frame goes once to _frames/ (named by its
+    hash), its <img> pointing there with its pixel size; a second run has nothing to do."""
+    import base64
+    import io
+    import json
+
+    from PIL import Image
+
+    sys.path.insert(0, str(ROOT / "assets" / "sphinx_ext"))
+    import normcore_widget_state as nws
+
+    def frame(fmt, size, **kw):
+        buf = io.BytesIO()
+        Image.new("RGB", size, (31, 78, 121)).save(buf, fmt.upper(), **kw)
+        return buf.getvalue()
+
+    webp, png = frame("webp", (720, 624), lossless=True), frame("png", (300, 100))
+    img = lambda fmt, data: (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode()}" '  # noqa: E731
+                             'alt="a frame" style="max-width:100%;height:auto;width:360px">')
+    state = {"version_major": 2, "version_minor": 0, "state": {
+        "a": {"model_name": "HTMLModel", "state": {"value": img("webp", webp)}},
+        "b": {"model_name": "HTMLModel", "state": {"value": img("webp", webp)}},  # the same frame
+        "c": {"model_name": "HTMLModel", "state": {"value": img("png", png)}},
+        "d": {"model_name": "HTMLModel", "state": {"value": '<svg role="img"><title>s</title></svg>'}}}}
+    page = tmp_path / "chapters" / "p.html"
+    page.parent.mkdir()
+    page.write_text('<html><head><script type="application/vnd.jupyter.widget-state+json">'
+                    + json.dumps(state) + "</script></head><body></body></html>", encoding="utf-8")
+    assert nws.split_site(tmp_path) == 1
+    text = page.read_text(encoding="utf-8")
+    assert ('<script type="application/vnd.jupyter.widget-state+json" data-normcore-src="p.widget-state.js">'
+            "</script>") in text
+    js = (page.parent / "p.widget-state.js").read_text(encoding="utf-8")
+    assert js.startswith('(window.normcoreWidgetState = window.normcoreWidgetState || {})["p.widget-state.js"] =\n')
+    moved = json.loads(js.split("=\n", 1)[1].rstrip().rstrip(";"))["state"]
+    files = sorted((tmp_path / "_frames").iterdir())
+    assert len(files) == 2 and {f.read_bytes() for f in files} == {webp, png}
+    for key, data, (w, h) in (("a", webp, (720, 624)), ("b", webp, (720, 624)), ("c", png, (300, 100))):
+        value = moved[key]["state"]["value"]
+        src = value.split('src="')[1].split('"')[0]
+        assert src.startswith("../_frames/") and (page.parent / src).read_bytes() == data, value[:120]
+        assert f'width="{w}" height="{h}" alt="a frame"' in value and "data:" not in value
+    assert moved["d"]["state"]["value"] == state["state"]["d"]["state"]["value"]
+    assert nws.split_site(tmp_path) == 0  # already split: an incremental build's untouched page
+    with pytest.raises(ValueError, match="not a PNG"):
+        nws.image_size("png", webp)
+
+
 def _readability_problems(page, *, phone: bool) -> list[str]:
     out = []
     o = sitecheck.inspect_overflow(page, phone)
