@@ -81,13 +81,13 @@ test:
 	$(MAKE) test-site
 
 test-package: $(VENV)/.stamp
-	$(BIN)/pytest -n 2 --dist loadfile -m "not site" tests chapters
+	$(BIN)/pytest -n 2 --dist loadfile --durations=10 -m "not site" tests chapters
 
 test-site: vendor
 	rm -rf $(HTML) _build/.doctrees _build/screenshots
 	$(JB) build $(BUILD_FLAGS) .
 	$(MAKE) book-nosolutions
-	$(BIN)/pytest -m site tests/test_site.py tests/test_a11y.py tests/test_classroom.py
+	$(BIN)/pytest -m site --durations=15 tests/test_site.py tests/test_a11y.py tests/test_classroom.py
 
 # --- notebooks ---------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import a11y  # noqa: E402
 import sitecheck  # noqa: E402
-from test_site import HTML, PAGES, browser, demo_site, site  # noqa: E402,F401  (fixtures)
+from test_site import HTML, PAGES  # noqa: E402  (browser, site, demo_site: tests/conftest.py)
 
 MODES = a11y.MODES
 #: chapters whose notebook builds a static widget: the keyboard walk covers each of them
@@ -60,9 +60,9 @@ def audit(book, browser):
 
     @functools.cache
     def run(rel: str, mode: str) -> dict:
-        context, page, report = sitecheck.open_page(browser, book, rel)
+        context, page, report = sitecheck.open_page(browser, book, rel, mode=mode)
         try:
-            theme = a11y.set_mode(context, page, mode)
+            theme = page.evaluate("() => document.documentElement.dataset.theme")
             return {
                 "theme": theme,
                 "violations": a11y.run_axe(page),

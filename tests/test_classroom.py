@@ -481,7 +481,7 @@ NOSOLUTIONS_HTML = ROOT / "_build" / "nosolutions" / "_build" / "html"
 
 
 @pytest.mark.site
-def test_site_without_solutions_shows_no_solution():
+def test_site_without_solutions_shows_no_solution(browser):
     """Every page of `make book-nosolutions`'s site, read in Chromium: no solution text,
     and every exercise statement still there."""
     if not (NOSOLUTIONS_HTML / "index.html").exists():
@@ -489,7 +489,6 @@ def test_site_without_solutions_shows_no_solution():
                     f"(`make test` builds it)")
     sys.path.insert(0, str(ROOT / "tools"))
     import sitecheck
-    from playwright.sync_api import sync_playwright
 
     from normcore.classroom.nosolutions import without_solutions
 
@@ -509,9 +508,9 @@ def test_site_without_solutions_shows_no_solution():
             for chapter, lines in secrets.items():
                 for line in lines:
                     assert line not in text, (str(f), line)
-    with sync_playwright() as p, sitecheck.LocalServer(NOSOLUTIONS_HTML) as server:
-        browser = sitecheck.launch(p)
-        page = browser.new_page()
+    with sitecheck.LocalServer(NOSOLUTIONS_HTML) as server:
+        context = browser.new_context()
+        page = context.new_page()
         for rel in pages:
             page.goto(server.url(rel))
             text = page.inner_text("body")
@@ -523,7 +522,7 @@ def test_site_without_solutions_shows_no_solution():
                     ROOT / "chapters" / (Path(rel).stem + ".ipynb"), as_version=4))]
                 assert page.locator("div.exercise").count() == len(labels), rel
                 assert page.locator("div.solution").count() == 0, rel
-        browser.close()
+        context.close()
 
 
 def test_catalogue_table_for_the_classroom_page():

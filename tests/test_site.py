@@ -82,45 +82,7 @@ def test_every_toc_file_exists():
 # --- fixtures ------------------------------------------------------------------------------------
 
 
-def _require_chromium() -> None:
-    if Path(sitecheck.CHROMIUM).exists():
-        return
-    msg = f"{sitecheck.CHROMIUM} is missing; install Debian's `chromium` package"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(msg + " (CI must run the browser tests, see .ci/run)")
-    pytest.skip(msg)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    _require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = sitecheck.launch(p)
-        yield b
-        b.close()
-
-
-def _sources_for_freshness() -> list[Path]:
-    files = [ROOT / "_config.yml", ROOT / "_toc.yml", ROOT / "assets" / "references.bib"]
-    files += sorted((ROOT / "chapters").glob("*.md")) + sorted((ROOT / "chapters").glob("*.ipynb"))
-    files += sorted((ROOT / "normcore").rglob("*.py"))
-    files += sorted((ROOT / "assets" / "static").glob("*"))
-    return [f for f in files if f.is_file()]
-
-
-@pytest.fixture(scope="module")
-def site():
-    if not (HTML / "index.html").is_file():
-        pytest.fail(f"{HTML} has no built book: run `make book` (or `make test`, which builds it)")
-    missing = [p for p in PAGES if not (HTML / p).is_file()]
-    assert not missing, f"pages of _toc.yml missing from {HTML}: {missing} (rebuild the book)"
-    built = min((HTML / p).stat().st_mtime for p in PAGES)
-    newer = [str(f.relative_to(ROOT)) for f in _sources_for_freshness() if f.stat().st_mtime > built]
-    assert not newer, f"the build in {HTML} is older than {newer}: rebuild it (`make book`)"
-    with sitecheck.LocalServer(HTML) as server:
-        yield server
+# browser, site and demo_site: tests/conftest.py (one of each for the whole session)
 
 
 def _problems(report: sitecheck.PageReport) -> list[str]:
@@ -550,12 +512,12 @@ def _notebook(cells) -> nbformat.NotebookNode:
     return nb
 
 
-@pytest.fixture(scope="module")
-def demo_site(tmp_path_factory):
+def build_demo_book(src: Path) -> Path:
+    """Write the demo book into `src` (the book's _config.yml, assets and extensions) and
+    build it; returns its HTML folder (tests/conftest.py's demo_site serves it)."""
     vendor = ROOT / "assets" / "_vendor"
     if not (vendor / "html-manager" / "embed.js").is_file():
         pytest.fail("assets/_vendor is missing: run `make vendor` (npm ci + tools/vendor_frontend.py)")
-    src = tmp_path_factory.mktemp("demo-book")
     shutil.copy(ROOT / "_config.yml", src / "_config.yml")
     (src / "assets").mkdir()
     for name in ("references.bib", "logo.svg", "favicon.png"):
@@ -579,8 +541,7 @@ def demo_site(tmp_path_factory):
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, f"demo book build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    with sitecheck.LocalServer(src / "_build" / "html") as server:
-        yield server
+    return src / "_build" / "html"
 
 
 @pytest.mark.site

@@ -27,20 +27,6 @@ def axe_version() -> str:
     return json.loads((AXE_JS.parent / "package.json").read_text(encoding="utf-8"))["version"]
 
 
-# --- colour modes ------------------------------------------------------------------------------
-
-
-def set_mode(context, page, mode: str) -> str:
-    """Reload `page` in the theme's colour mode `mode` ("light" or "dark") the way a reader's
-    choice persists: pydata-sphinx-theme reads localStorage "mode" on load and sets
-    <html data-mode data-theme>. Waits for the widgets again; returns data-theme."""
-    context.add_init_script(f"try {{ localStorage.setItem('mode', {json.dumps(mode)}); }} catch (e) {{}}")
-    page.reload(wait_until="load", timeout=60_000)
-    sitecheck._wait_for_widgets(page)
-    page.wait_for_timeout(300)
-    return page.evaluate("() => document.documentElement.dataset.theme")
-
-
 # --- axe -----------------------------------------------------------------------------------------
 
 

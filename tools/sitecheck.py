@@ -120,11 +120,21 @@ class PageReport:
     problems: list[str] = field(default_factory=list)  # widget moves that did not change the frame
 
 
-def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300):
-    """Open `rel` in a fresh context; return (context, page, report) once math and widgets
-    have had their chance to render. The caller closes the context."""
+def _mode_script(mode: str) -> str:
+    # the theme's own switch persists the reader's choice in localStorage "mode" (and "theme"),
+    # which pydata-sphinx-theme reads as the page loads
+    return (f"try {{ localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}'); }}"
+            " catch (e) {}")
+
+
+def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, mode: str | None = None):
+    """Open `rel` in a fresh context (in the theme's colour `mode`, "light" or "dark", if
+    given); return (context, page, report) once the widgets have had their chance to
+    render. The caller closes the context."""
     report = PageReport(rel)
     context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+    if mode is not None:
+        context.add_init_script(_mode_script(mode))
     page = context.new_page()
     local = urlsplit(server.origin).netloc
 
@@ -587,9 +597,7 @@ def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | Non
     theme's own switch does: localStorage "mode"/"theme" before the page loads)."""
     context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
     mode = "dark" if dark else "light"
-    context.add_init_script(
-        f"try {{ localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}'); }} catch (e) {{}}"
-    )
+    context.add_init_script(_mode_script(mode))
     local = urlsplit(server.origin).netloc
     context.route("**/*", lambda r: r.continue_() if urlsplit(r.request.url).netloc in (local, "")
                   or urlsplit(r.request.url).scheme in ("data", "blob", "about") else r.abort("blockedbyclient"))
