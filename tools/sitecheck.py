@@ -352,6 +352,19 @@ def _wait_change(page, root, before: str, timeout_s: float = 5.0) -> str:
     return sig
 
 
+def move_control(ctl, kind: str, target: int, current: int) -> None:
+    """Move a widget control (a locator of its data-nc-ctl element) from value index
+    `current` to `target` as a reader would: pick the option, click the button, or press an
+    arrow key (a slider moves one step)."""
+    if kind == "select":
+        ctl.select_option(index=target)
+    elif kind == "toggle":
+        ctl.locator("button").nth(target).click()
+    else:
+        ctl.focus()
+        ctl.press("ArrowRight" if target > current else "ArrowLeft")
+
+
 def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) -> None:
     """Move every control of every rendered widget through all its values; after each move
     the visible frame (HTML content and image pixels, and a screenshot of the frame area
@@ -373,13 +386,7 @@ def exercise_widgets(page, report: PageReport, shots_dir: Path | None = None) ->
             for target in order:
                 before = root.evaluate(_SIGNATURE_JS)
                 shot_before = _frames_shot(root)
-                if info["kind"] == "select":
-                    ctl.select_option(index=target)
-                elif info["kind"] == "toggle":
-                    ctl.locator("button").nth(target).click()
-                else:
-                    ctl.focus()
-                    ctl.press("ArrowRight" if target > current else "ArrowLeft")
+                move_control(ctl, info["kind"], target, current)
                 after = _wait_change(page, root, before)
                 shot_after = _frames_shot(root)
                 move = {
@@ -694,13 +701,7 @@ def first_widget_response(page) -> dict | None:
     ctl = root.locator('[data-nc-ctl="0"]')
     target = 1 if info["index"] == 0 else info["index"] - 1
     before = root.evaluate(_SIGNATURE_JS)
-    if info["kind"] == "select":
-        ctl.select_option(index=target)
-    elif info["kind"] == "toggle":
-        ctl.locator("button").nth(target).click()
-    else:
-        ctl.focus()
-        ctl.press("ArrowRight" if target > info["index"] else "ArrowLeft")
+    move_control(ctl, info["kind"], target, info["index"])
     t1 = time.monotonic()
     while time.monotonic() - t1 < 10:
         if root.evaluate(_SIGNATURE_JS) != before:
