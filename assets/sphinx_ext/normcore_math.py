@@ -53,7 +53,9 @@ SKIP_DIRS = {"_static", "_sources", "_downloads", "_images"}
 _MATH_EL = re.compile(
     r'(<(span|div)\b[^>]*\bclass="(?:[^"]*\s)?math(?:\s[^"]*)?"[^>]*>)(.*?)(</\2>)', re.S
 )
-_STATE = re.compile(
+# myst-nb's widget state in a page: (opening tag)(the state's JSON)(closing tag); one of
+# the page's scripts until normcore_widget_state.py moves the JSON to a file of its own
+STATE = re.compile(
     r'(<script type="application/vnd\.jupyter\.widget-state\+json">)(.*?)(</script>)', re.S
 )
 # TeX still to typeset: MathJax's delimiters (inline \(...\), display \[...\] and $$...$$,
@@ -73,6 +75,12 @@ class PageMath:
     places: list[tuple] = field(default_factory=list)
     # TeX that nothing would typeset: a widget's label or description (shown as text)
     problems: list[str] = field(default_factory=list)
+
+
+def site_pages(outdir: Path) -> list[Path]:
+    """The HTML pages of the built site `outdir` (not the files under _static/ and the like)."""
+    return [path for path in sorted(Path(outdir).rglob("*.html"))
+            if not SKIP_DIRS & set(path.relative_to(outdir).parts[:-1])]
 
 
 def find_node_modules(*starts: Path) -> Path:
@@ -95,7 +103,7 @@ def collect(path: Path) -> PageMath | None:
         if _TEX.search(m.group(3)):
             page.fragments.append(m.group(3))
             page.places.append(("html", m))
-    for s in _STATE.finditer(text):
+    for s in STATE.finditer(text):
         state = json.loads(s.group(2))
         for model_id, model in state.get("state", {}).items():
             name, fields = model.get("model_name"), model.get("state", {})
@@ -218,13 +226,7 @@ def prerender_site(outdir: Path, *, config: dict, node_modules: Path, jobs: int 
     """Typeset every page under `outdir` that still holds TeX. Returns counts; raises
     ExtensionError listing every TeX error."""
     outdir = Path(outdir)
-    pages = []
-    for path in sorted(outdir.rglob("*.html")):
-        if SKIP_DIRS & set(path.relative_to(outdir).parts[:-1]):
-            continue
-        page = collect(path)
-        if page is not None:
-            pages.append(page)
+    pages = [page for page in map(collect, site_pages(outdir)) if page is not None]
 
     def one(page: PageMath):
         if not page.fragments:

@@ -30,39 +30,32 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import re
-import struct
 from pathlib import Path
+
+from normcore_math import STATE, site_pages  # the same pages, the same state script
 
 SUFFIX = ".widget-state.js"
 #: where the frames go, under the site's root
 FRAMES = "_frames"
-#: folders of the output that hold no pages
-SKIP_DIRS = {"_static", "_sources", "_downloads", "_images"}
-_STATE = re.compile(
-    r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.S
-)
 
 _DATA_IMG = re.compile(r'<img src="data:image/(png|webp);base64,([A-Za-z0-9+/=]+)"')
 
 
 def image_size(fmt: str, data: bytes) -> tuple[int, int]:
-    """Pixel width and height of a PNG or WebP (VP8L lossless, VP8 lossy, VP8X extended)."""
-    if fmt == "png" and data[:8] == b"\x89PNG\r\n\x1a\n":
-        return struct.unpack(">II", data[16:24])
-    if fmt == "webp" and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        chunk = data[12:16]
-        if chunk == b"VP8L":
-            b = int.from_bytes(data[21:25], "little")
-            return (b & 0x3FFF) + 1, ((b >> 14) & 0x3FFF) + 1
-        if chunk == b"VP8 ":
-            w, h = struct.unpack("<HH", data[26:30])
-            return w & 0x3FFF, h & 0x3FFF
-        if chunk == b"VP8X":
-            return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
-    raise ValueError(f"a widget frame that is not a {fmt.upper()} image")
+    """Pixel width and height of a frame whose data URI says it is a `fmt` ("png", "webp")."""
+    from PIL import Image  # matplotlib's own dependency, in the build's environment
+
+    try:
+        img = Image.open(io.BytesIO(data))
+    except Exception as e:  # noqa: BLE001 - PIL raises several kinds
+        raise ValueError(f"a widget frame that is not a {fmt.upper()} image: {e}") from None
+    if (img.format or "").lower() != fmt:
+        raise ValueError(f"a widget frame that is not a {fmt.upper()} image (it is {img.format})")
+    return img.size
 
 
 def move_frames(value: str, page_dir: Path, outdir: Path) -> str:
@@ -80,19 +73,20 @@ def move_frames(value: str, page_dir: Path, outdir: Path) -> str:
     return _DATA_IMG.sub(one, value)
 
 
-def split_page(path: Path, outdir: Path | None = None) -> bool:
-    """Move `path`'s widget state into <page>.widget-state.js; True if the page had one."""
+def split_page(path: Path, outdir: Path) -> bool:
+    """Move `path`'s widget state into <page>.widget-state.js, and its frames into
+    `outdir`/_frames/; True if the page had a state to move."""
     text = path.read_text(encoding="utf-8")
-    m = _STATE.search(text)
-    if m is None or not m.group(1).strip():
+    m = STATE.search(text)
+    if m is None or not m.group(2).strip():
         return False
-    if _STATE.search(text, m.end()):
+    if STATE.search(text, m.end()):
         raise ValueError(f"{path}: more than one widget-state script (myst-nb writes one)")
-    state = json.loads(m.group(1))  # a state that is not JSON fails the build here, not in a reader's browser
+    state = json.loads(m.group(2))  # a state that is not JSON fails the build here, not in a reader's browser
     for model in state.get("state", {}).values():
         fields = model.get("state", {})
         if isinstance(fields.get("value"), str) and "data:image/" in fields["value"]:
-            fields["value"] = move_frames(fields["value"], path.parent, Path(outdir or path.parent))
+            fields["value"] = move_frames(fields["value"], path.parent, Path(outdir))
     name = path.stem + SUFFIX
     body = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
     (path.parent / name).write_text(
@@ -106,12 +100,7 @@ def split_page(path: Path, outdir: Path | None = None) -> bool:
 
 def split_site(outdir: Path) -> int:
     """Split every page under `outdir`; the number of pages whose state moved."""
-    outdir = Path(outdir)
-    return sum(
-        split_page(path, outdir)
-        for path in sorted(outdir.rglob("*.html"))
-        if not SKIP_DIRS & set(path.relative_to(outdir).parts[:-1])
-    )
+    return sum(split_page(path, Path(outdir)) for path in site_pages(outdir))
 
 
 def _build_finished(app, exception) -> None:
