@@ -11,7 +11,8 @@ import io
 import re
 from typing import Any
 
-__all__ = ["IMAGE_FORMATS", "compact_image", "figure_description", "figure_to_png", "png_description"]
+__all__ = ["IMAGE_FORMATS", "check_image_format", "compact_image", "figure_description", "figure_to_png",
+           "png_description"]
 
 
 def figure_to_png(fig: Any, dpi: int = 80, *, colors: int | None = 256) -> bytes:
@@ -85,6 +86,12 @@ def png_description(data: bytes) -> str:
 IMAGE_FORMATS = ("auto", "png", "webp")
 
 
+def check_image_format(image_format: str) -> None:
+    """Raise ValueError, naming the choices, unless `image_format` is one of IMAGE_FORMATS."""
+    if image_format not in IMAGE_FORMATS:
+        raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+
+
 def compact_image(data: bytes, image_format: str = "auto") -> tuple[str, bytes]:
     """A PNG frame as it is embedded in the page: ``(format, bytes)``, format ``"png"`` or
     ``"webp"``.
@@ -97,8 +104,7 @@ def compact_image(data: bytes, image_format: str = "auto") -> tuple[str, bytes]:
     pixel edges, next to text, and at a quality without ringing around that text (WebP 90,
     JPEG 90 4:4:4) they came out 1.9x and 4x larger than the lossless palette frame.
     """
-    if image_format not in IMAGE_FORMATS:
-        raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+    check_image_format(image_format)
     if image_format == "png":
         return "png", data
     from PIL import Image

@@ -54,7 +54,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import ipywidgets
 
-from .images import IMAGE_FORMATS, compact_image, figure_description, figure_to_png, png_description
+from .images import check_image_format, compact_image, figure_description, figure_to_png, png_description
 
 __all__ = [
     "Control",
@@ -367,8 +367,7 @@ def static_widget(
     """
     if not callable(render):
         raise TypeError("render must be callable")
-    if image_format not in IMAGE_FORMATS:
-        raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+    check_image_format(image_format)  # before any frame is rendered
     if not isinstance(controls, Mapping) or not controls:
         raise ValueError("controls must be a non-empty mapping name -> values")
     specs: dict[str, Control] = {}
