@@ -57,22 +57,21 @@ def clean_build() -> float:
 
 
 # milliseconds from navigation start until math is typeset and every widget view is rendered
-_READY_JS = """async () => {
+_READY_JS = f"""async () => {{
     const t0 = Date.now();
-    while (Date.now() - t0 < 30000) {
-        // every formula typeset: at build time (no MathJax on the page), or by MathJax
+    while (Date.now() - t0 < 30000) {{
+        // every formula typeset (at build time: no MathJax runs on the page)
         const mathOk = Array.from(document.querySelectorAll('.math'))
             .every(e => e.querySelector('mjx-container'));
         // widgets in the first screen (the rest render when scrolled to: normcore-widgets.js)
-        const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'))
-            .filter(s => s.parentElement.getBoundingClientRect().top < window.innerHeight);
-        const widgetsOk = views.every(s => s.previousElementSibling &&
-            s.previousElementSibling.querySelector && s.previousElementSibling.querySelector('.jupyter-widgets'));
+        const widgetsOk = {sitecheck.VIEWS_JS}
+            .filter(s => s.parentElement.getBoundingClientRect().top < window.innerHeight)
+            .every({sitecheck.IS_RENDERED_JS});
         if (mathOk && widgetsOk) return performance.now();
         await new Promise(r => setTimeout(r, 20));
-    }
+    }}
     return NaN;
-}"""
+}}"""
 
 
 def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
@@ -88,17 +87,9 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                 for _ in range(runs):
                     context, page = sitecheck.open_cold(browser, server, rel)
                     ready.append(page.evaluate(_READY_JS))
-                    t = page.evaluate(
-                        """() => {
-                            const n = performance.getEntriesByType('navigation')[0];
-                            const r = performance.getEntriesByType('resource');
-                            return {load: n.loadEventEnd - n.startTime,
-                                    bytes: n.decodedBodySize + r.reduce((s, e) => s + e.decodedBodySize, 0),
-                                    requests: 1 + r.length};
-                        }"""
-                    )
-                    times.append(t["load"])
-                    loaded, nreq = t["bytes"], t["requests"]
+                    times.append(sitecheck.load_ms(page))
+                    files = sitecheck.loaded_files(page)
+                    loaded, nreq = sum(f["bytes"] for f in files), len(files)
                     # what the first screen loads, and what a reader who scrolls through loads
                     sitecheck.settle(page)
                     first.append(sitecheck.loaded_bytes(page))

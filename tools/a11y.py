@@ -102,19 +102,15 @@ def frame_names(page) -> list[dict]:
 
 def math_speech(page) -> dict:
     """MathJax's output for screen readers: each mjx-container should hold an
-    mjx-assistive-mml with a MathML <math> (the visual part is aria-hidden). `setting` is
-    MathJax's assistiveMml option: the running MathJax's, or, for math typeset when the book
-    was built (no MathJax on the page), the one the build used (its stylesheet's
-    data-assistive-mml, assets/sphinx_ext/normcore_math.py)."""
+    mjx-assistive-mml with a MathML <math> (the visual part is aria-hidden). `setting` is the
+    assistiveMml option the build typeset the page with (its math stylesheet's
+    data-assistive-mml, assets/sphinx_ext/normcore_math.py), None on a page without math."""
     return page.evaluate(
         """() => {
             const all = Array.from(document.querySelectorAll('mjx-container'));
             const ok = all.filter(c => c.querySelector(':scope > mjx-assistive-mml > math'));
-            const s = window.MathJax && MathJax.config && MathJax.config.options
-                      && MathJax.config.options.menuOptions && MathJax.config.options.menuOptions.settings;
             const built = document.getElementById('normcore-math');
-            const setting = s ? s.assistiveMml
-                : built ? built.getAttribute('data-assistive-mml') === 'true' : null;
+            const setting = built ? built.getAttribute('data-assistive-mml') === 'true' : null;
             return {containers: all.length, assistive: ok.length, setting,
                     missing: all.filter(c => !ok.includes(c)).map(c => c.textContent.slice(0, 60))};
         }"""

@@ -127,6 +127,12 @@ def _mode_script(mode: str) -> str:
             " catch (e) {}")
 
 
+def load_ms(page) -> float:
+    """Milliseconds from navigation start to the end of the page's load event."""
+    return page.evaluate("() => { const n = performance.getEntriesByType('navigation')[0];"
+                         " return n ? n.loadEventEnd - n.startTime : NaN; }")
+
+
 def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, mode: str | None = None):
     """Open `rel` in a fresh context (in the theme's colour `mode`, "light" or "dark", if
     given); return (context, page, report) once the widgets have had their chance to
@@ -162,10 +168,7 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, m
     page.on("pageerror", lambda e: report.page_errors.append(str(e)))
 
     page.goto(server.url(rel), wait_until="load", timeout=60_000)
-    report.load_ms = page.evaluate(
-        "() => { const n = performance.getEntriesByType('navigation')[0];"
-        " return n ? n.loadEventEnd - n.startTime : NaN; }"
-    )
+    report.load_ms = load_ms(page)
     _wait_for_widgets(page)
     page.wait_for_timeout(settle_ms)
     report.math = inspect_math(page)
@@ -176,16 +179,18 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, m
     return context, page, report
 
 
-_WIDGETS_RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'))
-    .every(s => s.previousElementSibling
-                && s.previousElementSibling.classList.contains('widget-subarea')
-                && s.previousElementSibling.querySelector('.jupyter-widgets'))"""
+# JS: a page's widget views, and whether a view has been rendered (the manager puts the
+# widget in a .widget-subarea just before the view's script)
+VIEWS_JS = f"""Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'))"""
+IS_RENDERED_JS = """(s => { const p = s.previousElementSibling;
+    return !!(p && p.classList.contains('widget-subarea') && p.querySelector('.jupyter-widgets')); })"""
+_WIDGETS_RENDERED_JS = f"""() => {VIEWS_JS}.every({IS_RENDERED_JS})"""
 
 
 _WIDGETS_INTO_VIEW_JS = f"""async () => {{
     // the widget manager loads when a widget comes near the viewport (normcore-widgets.js):
     // bring each widget into view once, then go back to the top
-    const views = Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
+    const views = {VIEWS_JS};
     if (!views.length) return;
     const y = window.scrollY;
     for (const v of views) {{
@@ -206,8 +211,8 @@ def _wait_for_widgets(page, timeout_ms: int = 20_000) -> None:
 
 
 def inspect_math(page) -> dict:
-    """Every .math element typeset by MathJax: no raw TeX delimiters left, an mjx-container
-    inside, no MathJax error nodes."""
+    """Every .math element typeset (by MathJax, when the book was built): no raw TeX
+    delimiters left, an mjx-container inside, no MathJax error nodes."""
     return page.evaluate(
         r"""() => {
             const els = Array.from(document.querySelectorAll('.math'));
@@ -215,11 +220,7 @@ def inspect_math(page) -> dict:
             for (const el of els) {
                 const raw = Array.from(el.childNodes)
                     .filter(n => n.nodeType === Node.TEXT_NODE).map(n => n.textContent).join('');
-                const c = el.querySelector('mjx-container');
-                const lazyShown = el.querySelector('mjx-lazy') && c.getBoundingClientRect().width > 0
-                    || (el.querySelector('mjx-lazy') && el.closest('article'));
-                if (!c || lazyShown
-                    || /\\\(|\\\[|\$\$/.test(raw))
+                if (!el.querySelector('mjx-container') || /\\\(|\\\[|\$\$/.test(raw))
                     untypeset.push(el.textContent.slice(0, 80));
             }
             for (const e of document.querySelectorAll('mjx-merror, [data-mjx-error]'))
@@ -275,13 +276,9 @@ def inspect_downloads(page) -> list[dict]:
 def inspect_widgets(page) -> dict:
     return page.evaluate(
         f"""() => {{
-            const views = Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
+            const views = {VIEWS_JS};
             const unrendered = [];
-            views.forEach((s, i) => {{
-                const prev = s.previousElementSibling;
-                if (!(prev && prev.classList.contains('widget-subarea') && prev.querySelector('.jupyter-widgets')))
-                    unrendered.push(i);
-            }});
+            views.forEach((s, i) => {{ if (!{IS_RENDERED_JS}(s)) unrendered.push(i); }});
             const text = document.body.innerText;
             return {{
                 views: views.length,
@@ -617,11 +614,9 @@ def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | Non
 
 # --- what a page loads: at first, and once scrolled through; how soon a widget responds -----------
 
-_LOADED_JS = """() => {
-    const n = performance.getEntriesByType('navigation')[0];
-    const r = performance.getEntriesByType('resource');
-    return n.decodedBodySize + r.reduce((s, e) => s + e.decodedBodySize, 0);
-}"""
+_LOADED_JS = """() => [performance.getEntriesByType('navigation')[0]]
+    .concat(performance.getEntriesByType('resource'))
+    .map(e => ({url: e.name, bytes: e.decodedBodySize}))"""
 
 _SCROLL_THROUGH_JS = f"""async () => {{
     // scroll down one screen at a time, as a reader would, then wait for every widget
@@ -631,11 +626,8 @@ _SCROLL_THROUGH_JS = f"""async () => {{
         await new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)));
     }}
     window.scrollTo(0, document.documentElement.scrollHeight);
-    const views = () => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]'));
-    const rendered = s => s.previousElementSibling && s.previousElementSibling.querySelector
-        && s.previousElementSibling.querySelector('.jupyter-widgets');
     const t0 = Date.now();
-    while (!views().every(rendered) && Date.now() - t0 < 30000)
+    while (!{VIEWS_JS}.every({IS_RENDERED_JS}) && Date.now() - t0 < 30000)
         await new Promise(r => setTimeout(r, 50));
 }}"""
 
@@ -645,8 +637,7 @@ _FIRST_WIDGET_INTO_VIEW_JS = f"""async () => {{
     if (!v) return null;
     v.parentElement.scrollIntoView({{block: 'center'}});
     const t0 = performance.now();
-    while (!(v.previousElementSibling && v.previousElementSibling.querySelector
-             && v.previousElementSibling.querySelector('.jupyter-widgets'))) {{
+    while (!{IS_RENDERED_JS}(v)) {{
         if (performance.now() - t0 > 30000) return {{t0, rendered: NaN}};
         await new Promise(r => setTimeout(r, 5));
     }}
@@ -664,9 +655,16 @@ def open_cold(browser, server: LocalServer, rel: str, *, viewport: dict | None =
     return context, page
 
 
+def loaded_files(page) -> list[dict]:
+    """Everything the page has fetched so far, the document first: [{"url", "bytes"}, ...]
+    (decoded bytes)."""
+    return page.evaluate(_LOADED_JS)
+
+
 def loaded_bytes(page) -> int:
     """Decoded bytes of everything the page has fetched so far (the document included)."""
-    return page.evaluate(_LOADED_JS)
+    return sum(f["bytes"] for f in loaded_files(page))
+
 
 
 def settle(page, quiet_ms: int = 500, timeout_ms: int = 15_000) -> None:
