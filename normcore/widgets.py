@@ -35,7 +35,9 @@ without it the frame's own words are used (an SVG's ``<title>``, a figure's titl
 labels) with the control settings. On the book's site, ``assets/static/normcore-a11y.js``
 names each control by its visible label and moves toggle buttons with the arrow keys.
 
-The page-weight budget of the book is 3 MB per page, and every frame ships with the page,
+The page-weight budget of the book is 3 MB per page, and every frame counts in it (in a
+notebook the frames are in the widget state; on the book's site each raster frame is a file
+that the browser fetches when the frame is shown, assets/sphinx_ext/normcore_widget_state.py),
 so :func:`static_widget` refuses grids that are too large (``max_frames``) or whose frames
 add up to too many bytes (``max_bytes``) with a :class:`WidgetBudgetError` that says by
 how much.
