@@ -27,9 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "node_modules"
 DEST = ROOT / "assets" / "_vendor"
 
-# Of MathJax, the pages need only the CHTML fonts (the stylesheet that the build writes into
-# each page points at them).
-MATHJAX_FONTS = ("output", "chtml", "fonts", "woff-v2")
+# Of MathJax, the pages need only the CHTML fonts, where the stylesheet that the build writes
+# into each page points (the build's math extension says where)
+sys.path.insert(0, str(ROOT / "assets" / "sphinx_ext"))
+from normcore_math import FONTS_IN_MATHJAX as MATHJAX_FONTS  # noqa: E402
 
 
 def _want_mathjax(rel: Path) -> bool:

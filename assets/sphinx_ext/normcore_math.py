@@ -42,8 +42,11 @@ logger = logging.getLogger(__name__)
 RENDERER = "normcore_mathjax"
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "mathjax_prerender.js"
-#: the woff fonts, relative to the site root (tools/vendor_frontend.py copies them)
-FONTS = "_static/mathjax/output/chtml/fonts/woff-v2"
+#: where MathJax keeps its woff fonts, in its es5/ folder and so in _static/mathjax/
+#: (tools/vendor_frontend.py copies them there, and only them)
+FONTS_IN_MATHJAX = ("output", "chtml", "fonts", "woff-v2")
+#: the same, relative to the site root
+FONTS = "/".join(("_static", "mathjax") + FONTS_IN_MATHJAX)
 #: folders of the output that hold no pages
 SKIP_DIRS = {"_static", "_sources", "_downloads", "_images"}
 
