@@ -29,7 +29,8 @@ dark mode (the theme's switch; full-page screenshots of both go to _build/screen
   inputs may scroll, and the page itself never scrolls sideways;
 - every figure image has alt text that says what it shows (not empty, not a file name);
 - no widget summary (`StaticWidget(...)`), which exists for nbval, shows on a page;
-- widget captions and body text keep a contrast of at least 4.5:1 in both modes.
+- widget captions and body text keep a contrast of at least 4.5:1 in both modes;
+- one search field on the screen (the theme's top navbar, a band with a second one, hidden).
 
 A small demo book, built from the same _config.yml into a temporary directory, holds
 widgets of every kind static_widget makes (so the widget machinery is tested even while no
@@ -388,6 +389,10 @@ def _check_screen(browser, server, rel: str, *, width: str, dark: bool, shots: P
         problems += [f"widget summary on the page: {t!r}"
                      for t in sitecheck.visible_text_matches(page, r"StaticWidget\(")]
         problems += _mode_problems(page)
+        searches = page.evaluate("""() => Array.from(document.querySelectorAll('.search-button-field'))
+            .filter(e => e.getBoundingClientRect().height > 0).length""")
+        if searches > 1:
+            problems.append(f"{searches} search fields shown (the theme's top navbar is back)")
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shots / _shot_name(rel, f"{width}-{'dark' if dark else 'light'}")),
                         full_page=True)
