@@ -163,6 +163,19 @@ def test_ws_experiment_inputs_and_errors():
         xws.tiny_cnn("ln", 0)
 
 
+def test_ws_experiments_as_the_runner_calls_them():
+    from normcore.experiments import ws as xws
+    one = xws.trained(seed=0, norm="gn", batch_size=32, epochs=1)
+    assert one["steps"] == 256 // 32 and 0 <= one["test_accuracy"] <= 1
+    assert one == xws.trained(seed=0, norm="gn", batch_size=32, epochs=1)   # seeded
+    smooth = xws.smoothing(seed=1)
+    # float64 throughout: the same numbers again, and the ratios are the quotients
+    assert smooth == xws.smoothing(seed=1)
+    assert smooth["grad_ratio"] == smooth["grad_ws+gn"] / smooth["grad_gn"]
+    assert 0 < smooth["grad_ratio"] < 1 and smooth["change_gn"] > 0
+    assert xws.TRAIN.target == "normcore.experiments.ws:trained"
+
+
 @pytest.mark.parametrize("make", [
     lambda: nn.WSConv2d(4, 6, 3, padding=1, dtype=torch.float64),
     lambda: nn.WSConv2d(4, 6, 3, stride=2, groups=2, bias=False, convention="bit",

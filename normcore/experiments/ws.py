@@ -16,18 +16,22 @@ the same comparison in miniature, on seeded synthetic images that take seconds o
   held-out images in eval mode.
 
 Every random source is a seeded ``torch.Generator`` or ``torch.manual_seed``; with one
-thread the numbers are the same on every run of the same machine.
+thread the numbers are the same on every run of the same machine.  The chapter runs
+:data:`TRAIN` through :func:`normcore.experiments.runner.run` (seeds, intervals, the cache).
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
 import torch
 
 from .. import nn as ncnn
+from .runner import Experiment
 
-__all__ = ["stripe_images", "tiny_cnn", "train", "TrainResult"]
+__all__ = ["stripe_images", "tiny_cnn", "train", "TrainResult", "trained", "TRAIN", "smoothing",
+           "SMOOTHING"]
 
 NUM_CLASSES = 4
 
@@ -107,3 +111,67 @@ def train(kind: str, batch_size: int, seed: int = 0, *, epochs: int = 3, n_train
     with torch.no_grad():
         acc = float((model(xt).argmax(1) == yt).float().mean())
     return TrainResult(kind, batch_size, seed, acc, sum(last) / len(last), steps)
+
+
+def trained(seed: int, norm: str, batch_size: int, epochs: int) -> dict[str, float]:
+    """:func:`train` as an experiment: its accuracy, last-epoch loss and step count."""
+    r = train(norm, batch_size, seed, epochs=epochs)
+    return {"test_accuracy": r.test_accuracy, "final_train_loss": r.final_train_loss,
+            "steps": r.steps}
+
+
+#: The chapter's runs: configs ``{"norm", "batch_size", "epochs"}``.
+TRAIN = Experiment("ws.train", trained,
+                   held_equal="the same 256 training images and 512 test images per seed")
+
+
+def _conv_weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+
+
+def _conv_grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    return torch.autograd.grad(loss, _conv_weights(model))
+
+
+def smoothing(seed: int, eta: float = 0.1, batch: int = 64) -> dict[str, float]:
+    """The two local proxies of the smoothing claim, for GN and its WS twin, in float64.
+
+    :func:`tiny_cnn` with GN (``seed``), each convolution's weight replaced by its own
+    standardization (BiT's convention), and a twin with WS on every convolution
+    (:func:`normcore.nn.convert_to_ws`): the same function of the same weights.  For each, on
+    ``batch`` images: the norm of the gradient ``g`` with respect to the convolution weights,
+    and how fast it changes along the step ``-eta g``, ``|g' - g| / (eta |g|)``.  Float64, so
+    the numbers are the same on every machine to the digits printed.
+    """
+    from ..functional import weight_standardize
+
+    x, y = stripe_images(batch, seed=50)
+    plain = tiny_cnn("gn", seed).double()
+    with torch.no_grad():
+        for w in _conv_weights(plain):
+            w.copy_(weight_standardize(w, convention="bit"))
+    twin = ncnn.convert_to_ws(copy.deepcopy(plain), "bit")
+    x = x.double()
+    with torch.no_grad():
+        gap = float((plain(x) - twin(x)).abs().max())
+    if gap > 1e-6:            # eps keeps the standardization of a standardized w off by ~1e-9
+        raise AssertionError(f"the WS twin computes another function (gap {gap:.1e})")
+    out = {}
+    for name, model in (("gn", plain), ("ws+gn", twin)):
+        gs = _conv_grads(model, x, y)
+        g = torch.cat([t.flatten() for t in gs])
+        with torch.no_grad():
+            for w, gw in zip(_conv_weights(model), gs):
+                w -= eta * gw
+        g2 = torch.cat([t.flatten() for t in _conv_grads(model, x, y)])
+        out[f"grad_{name}"] = float(g.norm())
+        out[f"change_{name}"] = float((g2 - g).norm() / (eta * g.norm()))
+    out["grad_ratio"] = out["grad_ws+gn"] / out["grad_gn"]
+    out["change_ratio"] = out["change_ws+gn"] / out["change_gn"]
+    return out
+
+
+#: The smoothing proxies: configs ``{}`` (or ``{"eta": ..., "batch": ...}``).
+SMOOTHING = Experiment("ws.smoothing", smoothing,
+                       held_equal="the same 64 images, the same function at the start")
