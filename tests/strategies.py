@@ -43,16 +43,32 @@ def make_affine(shape, dtype, seed):
     return w, b
 
 
-def assert_matches(ours, theirs, dtype, grad=False, exact=None):
+def condition(x, labels, eps=1e-5):
+    """``max |x_i| / sqrt(var_i + eps)`` over the elements, each with its set's variance
+    (``labels`` from :func:`normcore.axes.stat_groups`): how much a rounding of the inputs, of
+    relative size u, can move ``x_hat`` (by about ``u * condition``)."""
+    xd, lab = x.detach().double().flatten(), labels.flatten()
+    count = torch.bincount(lab).double()
+    mean = torch.bincount(lab, xd) / count
+    var = torch.bincount(lab, (xd - mean[lab]) ** 2) / count
+    return float((xd.abs() / torch.sqrt(var[lab] + eps)).max())
+
+
+def assert_matches(ours, theirs, dtype, grad=False, exact=None, kappa=None):
     """float64: tight agreement with torch.  float32: torch's usual tolerances, or, where the
-    problem is ill-conditioned (a tiny spread relative to the mean), no less accurate than
-    torch itself against a float64 reference ``exact`` (within a factor 4: both errors are a
-    few roundings amplified by the same conditioning, and which one is luckier varies)."""
+    problem is ill-conditioned (a tiny spread relative to the mean), an error against a float64
+    reference ``exact`` within what the conditioning allows: 4 times torch's own error, or 4
+    roundings amplified by the condition number ``kappa`` (:func:`condition`), whichever is
+    larger. Torch's error alone is no bound: which of two float32 paths is luckier on an
+    ill-conditioned set changes with the CPU's kernels (with ``ATEN_CPU_CAPABILITY=default``
+    torch's error on one such input is 20 times smaller than with AVX-512, and ours the same)."""
     tol = (GRAD_TOL if grad else TOL)[dtype]
     if exact is None or torch.allclose(ours, theirs, **tol):
         torch.testing.assert_close(ours, theirs, **tol)
         return
     err_ours = (ours.double() - exact).abs().max().item()
     err_torch = (theirs.double() - exact).abs().max().item()
-    allowed = 4 * err_torch + tol["atol"] + tol["rtol"] * exact.abs().max().item()
+    scale = exact.abs().max().item()
+    rounding = 4 * torch.finfo(dtype).eps / 2 * (kappa or 0.0) * scale
+    allowed = max(4 * err_torch, rounding) + tol["atol"] + tol["rtol"] * scale
     assert err_ours <= allowed, (err_ours, err_torch, allowed)

@@ -11,13 +11,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as TF
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 from torch.autograd import gradcheck
 
 import normcore.functional as F
 import normcore.grad as G
 from normcore import axes
-from strategies import TOL, assert_matches, dtypes, make_affine, make_input, nchw_shapes
+from strategies import TOL, assert_matches, condition, dtypes, make_affine, make_input, nchw_shapes
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True)
 NORMS = ("batch", "layer", "instance", "group")
@@ -71,18 +71,21 @@ def check_against_torch(norm, shape, dtype, affine, seed, num_groups=None, norma
     dy = make_input(shape, dtype, seed + 7, loc_scale=False)
     y1, g1 = forward_backward(ours, x, w, b, dy)
     y2, g2 = forward_backward(theirs, x, w, b, dy)
-    exact = [None] * 4
+    exact, kappa = [None] * 4, None
     if dtype != torch.float64:
+        labels = axes.stat_groups(norm, shape, num_groups,
+                                  None if norm != "layer" else len(pshape))
+        kappa = condition(x, labels)
         d = [None if t is None else t.double() for t in (x, w, b)]
         y3, g3 = forward_backward(theirs, *d, dy.double())
         exact = [y3] + g3
     assert y1.dtype == dtype and y1.shape == y2.shape
-    assert_matches(y1, y2, dtype, exact=exact[0])
+    assert_matches(y1, y2, dtype, exact=exact[0], kappa=kappa)
     for name, a, t, e in zip(("dx", "dgamma", "dbeta"), g1, g2, exact[1:]):
         assert (a is None) == (t is None), name
         if t is not None:
             assert a.dtype == t.dtype and a.shape == t.shape, name
-            assert_matches(a, t, dtype, grad=True, exact=e)
+            assert_matches(a, t, dtype, grad=True, exact=e, kappa=kappa)
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,6 +162,9 @@ def test_batch_norm_train_matches_torch(shape, dtype, affine, seed):
 
 @SETTINGS
 @given(shape=nchw_shapes(min_spatial=1), dtype=dtypes, affine=affines, seed=seeds)
+# sets of two values 0.0014 apart at -6.69 (condition 9520): with generic kernels torch's
+# float32 error is 3.7e-6, ours 7.4e-5; both within 4 roundings times the condition
+@example(shape=(2, 30, 2), dtype=torch.float32, affine="none", seed=4689)
 def test_instance_norm_matches_torch(shape, dtype, affine, seed):
     assume(math.prod(shape[2:]) > 1)
     check_against_torch("instance", shape, dtype, affine, seed)
