@@ -149,3 +149,29 @@ def test_an_experiment_needs_an_importable_function():
 def test_a_run_that_returns_nan_is_an_error(cache):
     with pytest.raises(ValueError, match="returned mean=nan"):
         run(toy.NOISY_MEAN, [{"mu": float("nan")}], seeds=(0, 1), workers=1)
+
+
+def test_a_notebook_keeps_the_same_line_whether_trained_or_cached(cache, monkeypatch):
+    import types
+
+    import ipykernel  # noqa: F401  (the runner looks for a kernel)
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def __init__(self, obj):
+            shown.append(["display", obj.data])
+
+        def update(self, obj):
+            shown.append(["update", obj.data])
+
+    monkeypatch.setattr(runner, "_ipython", lambda: types.SimpleNamespace(kernel=object()))
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id: Handle(obj))
+    for _ in range(2):                      # trained, then read from the cache
+        shown.clear()
+        run(toy.NOISY_MEAN, runner.grid(mu=(0.0, 7.0)), seeds=(0, 1, 2), workers=1)
+        assert shown[0][0] == "display" and shown[-1][0] == "update"
+        assert shown[0][1] == shown[-1][1] == "toy.noisy_mean: 2 configs x 3 seeds = 6 runs"
+        assert any("6/6" in text for _, text in shown[1:-1])       # the live progress
+    assert any("6 from the cache" in text for _, text in shown)

@@ -275,8 +275,9 @@ class _Progress:
     """A live line in a notebook (its final text does not depend on the cache), a tqdm
     bar on a terminal, nothing otherwise."""
 
-    def __init__(self, title: str, total: int, show: bool | None):
+    def __init__(self, title: str, total: int, show: bool | None, summary: str = ""):
         self.title, self.total, self.done, self.cached = title, total, 0, 0
+        self.summary = summary or f"{total} runs"
         self.start = time.perf_counter()
         self.handle = self.bar = None
         kernel = "ipykernel" in sys.modules and getattr(_ipython(), "kernel", None) is not None
@@ -291,7 +292,7 @@ class _Progress:
 
     def _final(self):
         from IPython.display import Pretty
-        return Pretty(f"{self.title}: {self.total} runs")
+        return Pretty(f"{self.title}: {self.summary}")
 
     def step(self, cached: bool = False, n: int = 1) -> None:
         self.done += n
@@ -354,7 +355,9 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
     folder = None if store is None else store / "experiments" / experiment.name
     jobs = [(c, s) for c in cfgs for s in seeds]
     found: dict[int, dict[str, float]] = {}
-    bar = _Progress(experiment.name, len(jobs), progress)
+    bar = _Progress(experiment.name, len(jobs), progress,
+                    f"{len(cfgs)} config{'s' * (len(cfgs) > 1)} x {len(seeds)} seeds"
+                    f" = {len(jobs)} runs")
     keys = [_key(experiment, c, s) for c, s in jobs]
     for i, (key, _) in enumerate(keys):
         path = None if folder is None else folder / f"{key}.json"
