@@ -28,6 +28,8 @@ dark mode (the theme's switch; full-page screenshots of both go to _build/screen
   or widget sticks out of the article or scrolls inside its box; on the phone only code
   inputs may scroll, and the page itself never scrolls sideways;
 - every figure image has alt text that says what it shows (not empty, not a file name);
+- every image is shown at its own aspect ratio (within 2%): none is squashed by a width
+  capped at the column and a height fixed by its attribute;
 - no widget summary (`StaticWidget(...)`), which exists for nbval, shows on a page;
 - widget captions and body text keep a contrast of at least 4.5:1 in both modes;
 - one search field on the screen (the theme's top navbar, a band with a second one, hidden).
@@ -73,6 +75,24 @@ def test_committed_notebooks_are_stripped():
     assert strip_notebook.main(["--check", *map(str, notebooks)]) == 0, (
         "some chapter notebooks carry images or widget state: run `make notebooks`"
     )
+
+
+def test_nbval_markers_are_exact():
+    """nbval obeys a marker comment only when the line is exactly `# NBVAL_...`: a line such as
+    `# NBVAL_IGNORE_OUTPUT  (why)` is silently ignored and the output compared after all.
+    Give the reason on the next line."""
+    from nbval.plugin import comment_markers
+
+    bad = []
+    for nb_path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        for i, cell in enumerate(nbformat.read(nb_path, as_version=4).cells):
+            for line in cell.source.splitlines():
+                word = line.lstrip("#").strip()
+                if line.lstrip().startswith("#") and word.startswith("NBVAL") \
+                        and word not in comment_markers:
+                    bad.append(f"{nb_path.name} cell {i}: {line.strip()!r}")
+    assert not bad, "nbval ignores these marker lines (put the reason on the next line):\n" \
+        + "\n".join(bad)
 
 
 def test_every_toc_file_exists():
@@ -386,6 +406,8 @@ def _check_screen(browser, server, rel: str, *, width: str, dark: bool, shots: P
         problems = [] if theme == ("dark" if dark else "light") else [f"theme is {theme!r}, not the mode asked for"]
         problems += _readability_problems(page, phone=width == "phone")
         problems += [f"figure without a real alt text: {b}" for b in sitecheck.inspect_alt_text(page)]
+        problems += [f"image shown at aspect {a['shown']}, its own is {a['natural']}: {a['src']}"
+                     for a in sitecheck.inspect_aspect(page)]
         problems += [f"widget summary on the page: {t!r}"
                      for t in sitecheck.visible_text_matches(page, r"StaticWidget\(")]
         problems += _mode_problems(page)
