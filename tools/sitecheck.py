@@ -245,6 +245,30 @@ def inspect_images(page) -> list[str]:
     )
 
 
+def inspect_aspect(page, tolerance: float = 0.02) -> list[dict]:
+    """Images of the article shown at another aspect ratio than their own (squashed or
+    stretched by more than ``tolerance``, relative): a width capped by the column with a
+    height fixed by the img's attribute does that."""
+    return page.evaluate(
+        """async (tol) => {
+            const imgs = Array.from(document.querySelectorAll('article img'));
+            for (const img of imgs) { img.loading = 'eager'; }
+            await Promise.all(imgs.map(img => img.complete ? null :
+                new Promise(r => { img.onload = img.onerror = r; setTimeout(r, 5000); })));
+            const bad = [];
+            for (const img of imgs) {
+                const r = img.getBoundingClientRect();
+                if (!img.naturalWidth || !img.naturalHeight || r.width < 2 || r.height < 2) continue;
+                const natural = img.naturalWidth / img.naturalHeight;
+                const shown = r.width / r.height;
+                if (Math.abs(shown / natural - 1) > tol)
+                    bad.push({src: (img.getAttribute('src') || '').slice(0, 80),
+                              natural: +natural.toFixed(3), shown: +shown.toFixed(3)});
+            }
+            return bad;
+        }""", tolerance)
+
+
 def inspect_favicon(page) -> dict:
     return page.evaluate(
         """async () => {
