@@ -3,6 +3,8 @@
 * :mod:`normcore.experiments.running`: the running-statistics simulator (chapter 3);
 * :mod:`normcore.experiments.sync`: per-device, synchronized and full-batch BatchNorm over
   real processes (chapter 3);
+* :mod:`normcore.experiments.prenorm`: Post-LN, Pre-LN and DeepNorm gradient norms at
+  initialization (the LayerNorm chapter);
 * :mod:`normcore.experiments.group`: a small CNN trained with GroupNorm at each number of
   groups ``G`` (the GroupNorm chapter);
 * :mod:`normcore.experiments.ws`: a tiny CNN trained with BN, GN or WS + GN at any batch
@@ -11,7 +13,7 @@
 The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
 the process-based comparison is imported on first use (``experiments.sync``), since it
 starts processes and needs :mod:`torch.distributed`, and so are the training experiments
-(``experiments.group``, ``experiments.ws``).
+(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``).
 """
 from __future__ import annotations
 
@@ -20,10 +22,10 @@ import importlib
 from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
-__all__ = list(_running_all) + ["running", "sync", "group", "ws"]
+__all__ = list(_running_all) + ["running", "sync", "prenorm", "group", "ws"]
 
 
 def __getattr__(name: str):
-    if name in ("running", "sync", "group", "ws"):
+    if name in ("running", "sync", "prenorm", "group", "ws"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
