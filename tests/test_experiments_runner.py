@@ -61,7 +61,8 @@ def test_run_gives_per_seed_values_intervals_and_paired_differences(cache):
     assert diff.half_width < 1e-12 and diff.above(0.49)
     assert res.interval("mean", mu=0.5).mean == pytest.approx(sum(a) / 6)
     table = res.table("mean").splitlines()
-    assert len(table) == 3 and "95% interval" in table[0] and "mu=0.5 n=64" in table[2]
+    assert len(table) == 3 and "95% int." in table[0] and "mu=0.5 n=64" in table[2]
+    assert res.summary().startswith("12 runs (2 configs x 6 seeds), 0 read from the cache")
     with pytest.raises(KeyError, match="2 configs match"):
         res.values("mean", n=64)
     with pytest.raises(KeyError, match="no metric"):
@@ -71,6 +72,7 @@ def test_run_gives_per_seed_values_intervals_and_paired_differences(cache):
 def test_a_second_run_reads_the_cache_and_a_changed_config_runs(cache):
     first = run(toy.NOISY_MEAN, [{"mu": 1.0}], seeds=(3, 4), workers=1)
     again = run(toy.NOISY_MEAN, [{"mu": 1.0}], seeds=(3, 4), workers=1)
+    assert (first.cached, again.cached) == (0, 2)
     assert again.values("calls", mu=1.0) == first.values("calls", mu=1.0)   # not called
     files = list((cache / "experiments" / "toy.noisy_mean").glob("*.json"))
     assert len(files) == 2

@@ -155,6 +155,8 @@ class Results:
     configs: tuple[Mapping[str, Any], ...]
     seeds: tuple[int, ...]
     records: tuple[tuple[Mapping[str, Any], int, Mapping[str, float]], ...] = field(repr=False)
+    cached: int = 0           # runs read from the cache
+    seconds: float = 0.0      # what the call took
 
     def config(self, **where: Any) -> Mapping[str, Any]:
         """The one config whose items include ``where`` (an error if none or several)."""
@@ -184,19 +186,27 @@ class Results:
         return interval(x - y for x, y in zip(va, vb))
 
     def table(self, metric: str, label: Callable[[Mapping[str, Any]], str] = None,
-              digits: int = 3) -> str:
-        """One row per config: its label, the per-seed values, the mean and the interval."""
+              digits: int = 3, seed_digits: int = 2) -> str:
+        """One row per config: its label, the per-seed values (``seed_digits`` decimals, so
+        that eight seeds fit a page's column), the mean and its 95% interval."""
         label = label or (lambda c: " ".join(f"{k}={v}" for k, v in c.items()))
         names = [label(c) for c in self.configs]
         width = max(len(n) for n in names + ["config"])
-        seeds = " ".join(f"{'s' + str(s):>{digits + 3}}" for s in self.seeds)
-        head = f"{'config':{width}}  {seeds}   mean [{int(LEVEL * 100)}% interval]"
+        w = seed_digits + 3
+        seeds = " ".join(f"{'s' + str(s):>{w}}" for s in self.seeds)
+        head = f"{'config':{width}} {seeds}   mean [{int(LEVEL * 100)}% int.]"
         rows = [head]
         for name, cfg in zip(names, self.configs):
             iv = self.interval(metric, **cfg)
-            per_seed = " ".join(f"{v:{digits + 3}.{digits}f}" for v in iv.values)
-            rows.append(f"{name:{width}}  {per_seed}   {iv.format(digits)}")
+            per_seed = " ".join(f"{v:{w}.{seed_digits}f}" for v in iv.values)
+            rows.append(f"{name:{width}} {per_seed}   {iv.format(digits)}")
         return "\n".join(rows)
+
+    def summary(self) -> str:
+        """How many runs, how many of them read from the cache, and the seconds it took."""
+        n = len(self.records)
+        return (f"{n} runs ({len(self.configs)} configs x {len(self.seeds)} seeds), "
+                f"{self.cached} read from the cache, in {self.seconds:.1f} s")
 
 
 def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
@@ -350,6 +360,7 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
     if workers is not None and workers < 1:
         raise ValueError(f"run: workers must be >= 1 or None, got {workers}")
 
+    start = time.perf_counter()
     store = cache_dir()
     refresh = os.environ.get("NORMCORE_REFRESH", "") not in ("", "0")
     folder = None if store is None else store / "experiments" / experiment.name
@@ -379,6 +390,7 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
             tmp.replace(folder / f"{key}.json")
 
     todo = [i for i in range(len(jobs)) if i not in found]
+    computed = len(todo)
     try:
         if todo:
             t0 = time.perf_counter()
@@ -401,4 +413,5 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
     finally:
         bar.close()
     records = tuple((jobs[i][0], jobs[i][1], found[i]) for i in range(len(jobs)))
-    return Results(experiment, cfgs, seeds, records)
+    return Results(experiment, cfgs, seeds, records, cached=len(jobs) - computed,
+                   seconds=time.perf_counter() - start)
