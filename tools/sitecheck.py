@@ -257,10 +257,16 @@ def inspect_aspect(page, tolerance: float = 0.02) -> list[dict]:
                 new Promise(r => { img.onload = img.onerror = r; setTimeout(r, 5000); })));
             const bad = [];
             for (const img of imgs) {
-                const r = img.getBoundingClientRect();
-                if (!img.naturalWidth || !img.naturalHeight || r.width < 2 || r.height < 2) continue;
+                // the content box: dark mode puts padding (a light card) around a figure
+                const r = img.getBoundingClientRect(), cs = getComputedStyle(img);
+                const px = k => parseFloat(cs[k]) || 0;
+                const w = r.width - px('paddingLeft') - px('paddingRight')
+                          - px('borderLeftWidth') - px('borderRightWidth');
+                const h = r.height - px('paddingTop') - px('paddingBottom')
+                          - px('borderTopWidth') - px('borderBottomWidth');
+                if (!img.naturalWidth || !img.naturalHeight || w < 2 || h < 2) continue;
                 const natural = img.naturalWidth / img.naturalHeight;
-                const shown = r.width / r.height;
+                const shown = w / h;
                 if (Math.abs(shown / natural - 1) > tol)
                     bad.push({src: (img.getAttribute('src') || '').slice(0, 80),
                               natural: +natural.toFixed(3), shown: +shown.toFixed(3)});
