@@ -167,6 +167,35 @@ def test_broken_marking_is_refused(chapter):
         read_exercises(nb)
 
 
+def test_exercise_overview_lists_every_exercise(chapter, tmp_path):
+    """The classroom page's table: one row per exercise, with op, function and the number of
+    mistakes its checker names; a derivation is graded by hand."""
+    from normcore.classroom import exercise_table, exercises_of
+
+    path = tmp_path / "small.ipynb"
+    nbformat.write(chapter, path)
+    rows = exercises_of([path])
+    found = read_exercises(chapter)
+    assert [r["label"] for r in rows] == [e.label for e in found]
+    first = rows[0]
+    assert (first["chapter"], first["op"], first["function"], first["points"]) == (
+        "small", PLANTED[0][1], "solve_0", 2)
+    assert first["mistakes"] == len(exercises.catalogue(PLANTED[0][1])) > 0
+    assert rows[-1]["op"] is None and rows[-1]["mistakes"] is None
+    table = exercise_table([path]).splitlines()
+    assert len(table) == 2 + len(rows)
+    assert table[-1] == "| small | `ex-derivation` | 3 | a derivation | by hand | |"
+
+
+def test_every_chapter_has_a_checked_exercise():
+    from normcore.classroom import exercises_of
+
+    paths = sorted((ROOT / "chapters").glob("0[1-9]_*.ipynb"))
+    rows = exercises_of(paths)
+    assert len(paths) == 7
+    assert {r["chapter"] for r in rows if r["op"]} == {p.stem for p in paths}
+
+
 def test_student_notebook_has_stubs_and_nbgrader_metadata(student):
     by_id = {c.metadata["nbgrader"]["grade_id"]: c for c in student.cells
              if "nbgrader" in c.metadata}

@@ -12,12 +12,15 @@ Two commands::
 * :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
   kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
   in the student's kernel;
+* :mod:`.overview` lists the exercises of the chapters (the classroom page's table);
 * :mod:`.__main__` is the command line.
 
 Student code runs as the user who grades, with the limits a single machine can enforce
 (a process per submission, time and memory limits); it is not a sandbox.
 """
 from .marking import Exercise, MarkingError, read_exercises
+from .overview import exercise_table, exercises_of
 from .student import student_notebook, write_student
 
-__all__ = ["Exercise", "MarkingError", "read_exercises", "student_notebook", "write_student"]
+__all__ = ["Exercise", "MarkingError", "exercise_table", "exercises_of", "read_exercises",
+           "student_notebook", "write_student"]
