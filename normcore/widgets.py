@@ -69,6 +69,8 @@ __all__ = [
     "compact_image",
     "DEFAULT_MAX_FRAMES",
     "DEFAULT_MAX_BYTES",
+    "NARROW_SCREEN_PX",
+    "NARROW_WIDTH_PX",
 ]
 
 #: Largest number of frames one widget may hold (the product of the control sizes).
@@ -189,6 +191,15 @@ def _label(v: Any) -> str:
     return str(v)
 
 
+def _smallest_text_px(fig: Any, dpi: int) -> float | None:
+    """The size of the smallest visible text of a matplotlib figure, in px at ``dpi``."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * dpi / 72 if sizes else None
+
+
 def _is_figure(obj: Any) -> bool:
     try:
         from matplotlib.figure import Figure
@@ -205,17 +216,20 @@ def _frame(obj: Any, key: tuple, dpi: int, hidpi: bool = True,
     its PNG holds twice the pixels (sharp on 2x screens) and the image is shown at half its
     pixel width, so a font of ``p`` points is ``p * dpi / 72`` px on the page either way.
     """
-    width = None
+    width = text_px = None
     if _is_figure(obj):
         width = round(obj.get_figwidth() * dpi)
-        obj = figure_to_png(obj, dpi=2 * dpi if hidpi else dpi, colors=colors)
+        fig = obj
+        obj = figure_to_png(fig, dpi=2 * dpi if hidpi else dpi, colors=colors)
+        text_px = _smallest_text_px(fig, dpi)     # once drawn: tick labels are set by drawing
     if isinstance(obj, (bytes, bytearray, memoryview)):
         data = bytes(obj)
         if not data.startswith(_PNG_SIGNATURE):
             raise TypeError(f"render{key} returned bytes that are not a PNG image")
         # not an ipywidgets.Image: it cannot carry alt text, and a widget made and closed
         # again would still be recorded in the notebook's widget state (twice the bytes)
-        return _Png(data, None if width is None else f"{width}px"), 4 * math.ceil(len(data) / 3), "png"
+        return (_Png(data, None if width is None else f"{width}px", text_px, 2 if hidpi and width else 1),
+                4 * math.ceil(len(data) / 3), "png")
     if isinstance(obj, str):
         text = obj.lstrip()
         if text.startswith("<?xml"):
@@ -241,6 +255,8 @@ class _Png(NamedTuple):
 
     value: bytes
     width: str | None      # displayed width, e.g. "608px"; None: the PNG's own
+    text_px: float | None = None   # its smallest text as displayed at that width, in px
+    density: int = 1       # image pixels per displayed px (2: drawn for HiDPI screens)
 
 
 def _with_text_alternative(w: ipywidgets.Widget | _Png, fmt: str, alt: str | None,
@@ -273,9 +289,49 @@ def _with_text_alternative(w: ipywidgets.Widget | _Png, fmt: str, alt: str | Non
         alt = f"{own}. Shown for {settings}." if own else f"Picture for {settings}."
     fmt, data = compact_image(data, image_format)
     style = "max-width:100%;height:auto" + (f";width:{w.width}" if w.width else "")
+    # the smallest text of a figure, and the pixel density it was drawn at: the site's tests
+    # compute from them how large that text is on a reader's screen
+    data_text = (f' data-text-px="{w.text_px:.1f}" data-density="{w.density}"'
+                 if w.text_px is not None else "")
     value = (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode("ascii")}" '
-             f'alt="{html.escape(alt.strip(), quote=True)}" style="{style}">')
+             f'alt="{html.escape(alt.strip(), quote=True)}" style="{style}"{data_text}>')
     return ipywidgets.HTML(value=value), len(value.encode("utf-8")), fmt
+
+
+#: Screens narrower than this (CSS px) get a widget's ``narrow`` frames (normcore.css and the
+#: media query of each ``<picture>`` say the same number).
+NARROW_SCREEN_PX = 600
+#: The width to draw a narrow frame for: the text column of a 390 px phone is about 328 px.
+NARROW_WIDTH_PX = 320
+
+_NARROW_STYLE = (
+    "<style>.normcore-widget .normcore-narrow{display:none}"
+    f"@media (max-width:{NARROW_SCREEN_PX}px){{.normcore-widget .normcore-wide{{display:none}}"
+    ".normcore-widget .normcore-narrow{display:block}}</style>"
+)
+_TEXT_PX = re.compile(r'data-text-px="([0-9.]+)"')
+_IMG_SRC = re.compile(r'^<img src="(data:image/[a-z]+;base64,[A-Za-z0-9+/=]+)"')
+
+
+def _with_narrow_variant(wide: ipywidgets.HTML, fmt: str, narrow: ipywidgets.HTML, nfmt: str,
+                         key: tuple) -> ipywidgets.HTML:
+    """One frame holding both layouts: a ``<picture>`` whose ``<source>`` is the narrow image
+    (raster frames), or two ``<svg>`` of which the stylesheet shows one (SVG frames)."""
+    if (fmt == "svg") != (nfmt == "svg"):
+        raise TypeError(f"narrow{key} returned a {nfmt} frame for a {fmt} frame of render{key}: "
+                        "both layouts must be SVG, or both images")
+    if fmt == "svg":
+        wide.value = (f'<div class="normcore-wide">{wide.value}</div>'
+                      f'<div class="normcore-narrow">{narrow.value}</div>')
+        return wide
+    src = _IMG_SRC.match(narrow.value).group(1)
+    value = wide.value
+    sizes = [float(m) for v in (wide.value, narrow.value) for m in _TEXT_PX.findall(v)]
+    if sizes:   # the smaller of the two layouts' smallest text (the img shows either)
+        value = _TEXT_PX.sub(f'data-text-px="{min(sizes):.1f}"', value)
+    wide.value = (f'<picture><source media="(max-width: {NARROW_SCREEN_PX}px)" '
+                  f'srcset="{src}">{value}</picture>')
+    return wide
 
 
 class StaticWidget(ipywidgets.VBox):
@@ -295,7 +351,8 @@ class StaticWidget(ipywidgets.VBox):
     def _summary(self) -> str:
         shape = ", ".join(f"{name}={len(c.options)}" for name, c in self.controls.items())
         fmt = "+".join(sorted(self.formats))
-        return f"StaticWidget({shape}; {len(self.frames)} {fmt} frames)"
+        narrow = ", each also narrow" if self.narrow else ""
+        return f"StaticWidget({shape}; {len(self.frames)} {fmt} frames{narrow})"
 
     # A short, deterministic text/plain: it is what the committed notebook stores for the
     # widget's output, and what nbval compares (the widget-view JSON holds random model ids
@@ -321,6 +378,7 @@ def static_widget(
     hidpi: bool = True,
     colors: int | None = 256,
     image_format: str = "auto",
+    narrow: Callable[..., Any] | None = None,
 ) -> StaticWidget:
     """Render ``render(**values)`` over the whole grid of ``controls``, frames switched in JS.
 
@@ -359,6 +417,14 @@ def static_widget(
     image_format:
         How raster frames are embedded: ``"auto"`` (the smaller of the PNG and a lossless
         WebP of the same pixels), ``"webp"`` or ``"png"``; see :func:`compact_image`.
+    narrow:
+        The layout for narrow screens (a phone): called like ``render``, it returns the same
+        frame drawn for a column of about :data:`NARROW_WIDTH_PX` pixels, so that its text is
+        as large on a phone as on a desktop (a frame drawn for the desktop column is scaled
+        down by about half there). Below :data:`NARROW_SCREEN_PX` of screen width the page
+        shows these frames instead: a raster frame as the ``<source>`` of a ``<picture>``
+        (the browser fetches only the one it shows), an SVG frame as a second ``<svg>`` that
+        the stylesheet shows instead of the first. Both count in ``max_bytes``.
 
     Returns
     -------
@@ -397,8 +463,13 @@ def static_widget(
         kwargs = {n: specs[n].items[i] for n, i in zip(names, key)}
         w, nbytes, fmt = _frame(render(**kwargs), key, dpi, hidpi, colors)
         settings = "; ".join(f"{specs[n].description or n}: {specs[n].labels[i]}" for n, i in zip(names, key))
-        w, nbytes, fmt = _with_text_alternative(w, fmt, alt(**kwargs) if alt is not None else None,
-                                                settings, image_format)
+        text = alt(**kwargs) if alt is not None else None
+        w, nbytes, fmt = _with_text_alternative(w, fmt, text, settings, image_format)
+        if narrow is not None:
+            nw, nbytes2, nfmt = _frame(narrow(**kwargs), key, dpi, hidpi, colors)
+            nw, nbytes2, nfmt = _with_text_alternative(nw, nfmt, text, settings, image_format)
+            w = _with_narrow_variant(w, fmt, nw, nfmt, key)
+            nbytes += nbytes2
         w.add_class("normcore-frame")
         total += nbytes
         if total > max_bytes:
@@ -437,6 +508,10 @@ def static_widget(
         ipywidgets.VBox(list(control_widgets.values())).add_class("normcore-controls"),
         root,
     ]
+    if narrow is not None:
+        # which SVG layout shows: here, not only in the book's stylesheet, so that a notebook
+        # in JupyterLab shows one layout too
+        children.append(ipywidgets.HTML(value=_NARROW_STYLE).add_class("normcore-narrow-style"))
     if caption:
         children.append(
             ipywidgets.HTMLMath(value=f'<div class="normcore-caption">{caption}</div>').add_class(
@@ -451,6 +526,7 @@ def static_widget(
     box.frames = frames
     box.nbytes = total
     box.formats = formats
+    box.narrow = narrow is not None
     box.specs = specs
     return box
 

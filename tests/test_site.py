@@ -368,7 +368,11 @@ def test_widget_state_and_frames_leave_the_page(tmp_path):
         "a": {"model_name": "HTMLModel", "state": {"value": img("webp", webp)}},
         "b": {"model_name": "HTMLModel", "state": {"value": img("webp", webp)}},  # the same frame
         "c": {"model_name": "HTMLModel", "state": {"value": img("png", png)}},
-        "d": {"model_name": "HTMLModel", "state": {"value": '<svg role="img"><title>s</title></svg>'}}}}
+        "d": {"model_name": "HTMLModel", "state": {"value": '<svg role="img"><title>s</title></svg>'}},
+        "e": {"model_name": "HTMLModel", "state": {"value": (
+            '<picture><source media="(max-width: 600px)" '
+            f'srcset="data:image/png;base64,{base64.b64encode(png).decode()}">'
+            + img("webp", webp) + "</picture>")}}}}
     page = tmp_path / "chapters" / "p.html"
     page.parent.mkdir()
     page.write_text('<html><head><script type="application/vnd.jupyter.widget-state+json">'
@@ -381,13 +385,18 @@ def test_widget_state_and_frames_leave_the_page(tmp_path):
     assert js.startswith('(window.normcoreWidgetState = window.normcoreWidgetState || {})["p.widget-state.js"] =\n')
     moved = json.loads(js.split("=\n", 1)[1].rstrip().rstrip(";"))["state"]
     files = sorted((tmp_path / "_frames").iterdir())
-    assert len(files) == 2 and {f.read_bytes() for f in files} == {webp, png}
+    assert len(files) == 2 and {f.read_bytes() for f in files} == {webp, png}  # each once
     for key, data, (w, h) in (("a", webp, (720, 624)), ("b", webp, (720, 624)), ("c", png, (300, 100))):
         value = moved[key]["state"]["value"]
         src = value.split('src="')[1].split('"')[0]
         assert src.startswith("../_frames/") and (page.parent / src).read_bytes() == data, value[:120]
         assert f'width="{w}" height="{h}" alt="a frame"' in value and "data:" not in value
     assert moved["d"]["state"]["value"] == state["state"]["d"]["state"]["value"]
+    # a frame with a phone layout: the <source> of its <picture> goes to _frames/ too
+    value = moved["e"]["state"]["value"]
+    assert "data:" not in value and value.startswith('<picture><source media="(max-width: 600px)" srcset="../_frames/')
+    srcset = value.split('srcset="')[1].split('"')[0]
+    assert (page.parent / srcset).read_bytes() == png and 'width="300" height="100">' in value
     assert nws.split_site(tmp_path) == 0  # already split: an incremental build's untouched page
     with pytest.raises(ValueError, match="not a PNG"):
         nws.image_size("png", webp)
@@ -400,6 +409,22 @@ def _readability_problems(page, *, phone: bool) -> list[str]:
     if o["page_overflow"]:
         out.append(f"the page scrolls sideways by {o['page_overflow']} px")
     return out
+
+
+# On a phone, text inside a widget's frames must be as large as the page's smallest text: at
+# least 10 px as displayed (a frame drawn for the desktop column is scaled down by half there;
+# static_widget(narrow=...) gives it a layout of its own). tools/frame_text.js measures it.
+MIN_FRAME_TEXT_PX = 10
+_FRAME_TEXT_JS = (ROOT / "tools" / "frame_text.js").read_text(encoding="utf-8")
+
+
+def _frame_text_problems(page) -> list[str]:
+    sitecheck.scroll_through(page)          # every widget rendered, its shown frames loaded
+    page.evaluate("() => window.scrollTo(0, 0)")
+    small = [f for f in page.evaluate(_FRAME_TEXT_JS)
+             if f["px"] is None or f["px"] < MIN_FRAME_TEXT_PX - 0.05]
+    return [f"widget {f['widget']}: {f['kind']} frame text {f['px']} px (at least "
+            f"{MIN_FRAME_TEXT_PX}): {f['what']!r}" for f in small]
 
 
 def _mode_problems(page) -> list[str]:
@@ -422,6 +447,8 @@ def _check_screen(browser, server, rel: str, *, width: str, dark: bool, shots: P
         theme = page.evaluate("() => document.documentElement.dataset.theme")
         problems = [] if theme == ("dark" if dark else "light") else [f"theme is {theme!r}, not the mode asked for"]
         problems += _readability_problems(page, phone=width == "phone")
+        if width == "phone":
+            problems += _frame_text_problems(page)
         problems += [f"figure without a real alt text: {b}" for b in sitecheck.inspect_alt_text(page)]
         problems += [f"image shown at aspect {a['shown']}, its own is {a['natural']}: {a['src']}"
                      for a in sitecheck.inspect_aspect(page)]

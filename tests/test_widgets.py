@@ -22,6 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from ipywidgets.embed import embed_data  # noqa: E402
 from ipywidgets.widgets.widget_link import DirectionalLink, Link  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from normcore.widgets import (  # noqa: E402
     DEFAULT_MAX_FRAMES,
@@ -418,3 +420,59 @@ def test_figure_to_png_keeps_the_figure_words():
     for colors in (256, None):
         assert png_description(figure_to_png(titled_fig(1.0), colors=colors)) == "line of slope gamma (plot over step t)"
     assert png_description(figure_to_png(fig_render(1.0))) == ""
+
+
+# --- a layout for phones (narrow=...) ----------------------------------------------------------
+
+def test_narrow_svg_frames_hold_both_layouts_and_a_style_picks_one():
+    narrow = lambda **v: svg_render(**v).replace('width="160"', 'width="80"')  # noqa: E731
+    w = static_widget(svg_render, {"a": [1, 2]}, narrow=narrow)
+    assert repr(w) == "StaticWidget(a=2; 2 svg frames, each also narrow)"
+    for key, f in w.frames.items():
+        wide, small = re.findall(r'<div class="normcore-(wide|narrow)">(<svg.*?</svg>)</div>', f.value)
+        assert [wide[0], small[0]] == ["wide", "narrow"]
+        assert 'width="160"' in wide[1] and 'width="80"' in small[1]
+        assert f"a={w.specs['a'].items[key[0]]}" in small[1]       # the same values, drawn narrow
+        assert wide[1].count('role="img"') == small[1].count('role="img"') == 1
+    # the style that shows one of the two ships with the widget (JupyterLab has no book CSS)
+    style = [c for c in w.children if "normcore-narrow-style" in c._dom_classes]
+    assert len(style) == 1 and "@media (max-width:600px)" in style[0].value
+    # the budget counts both layouts
+    plain = static_widget(svg_render, {"a": [1, 2]})
+    assert w.nbytes > plain.nbytes + sum(len(narrow(a=a)) for a in (1, 2)) - 10
+
+
+def test_narrow_raster_frames_are_a_picture_with_a_source_for_phones():
+    def render(slope, width=4.0):
+        fig = Figure(figsize=(width, 2))
+        ax = fig.subplots()
+        ax.plot([0, 1], [0, slope])
+        # the smallest text: 9 pt = 10 px at 80 dpi wide, 8.55 pt = 9.5 px narrow
+        ax.tick_params(labelsize=9 if width > 3 else 8.55)
+        return fig
+
+    w = static_widget(render, {"slope": [1.0, 2.0]}, narrow=lambda slope: render(slope, 2.5))
+    assert repr(w) == "StaticWidget(slope=2; 2 webp frames, each also narrow)"
+    f = w.frames[(0,)]
+    m = re.match(r'<picture><source media="\(max-width: 600px\)" srcset="data:image/webp;base64,'
+                 r'([A-Za-z0-9+/=]+)"><img src="data:image/webp;base64,([A-Za-z0-9+/=]+)" (.*)>'
+                 r'</picture>$', f.value)
+    assert m, f.value[:200]
+    small, wide = (Image.open(io.BytesIO(base64.b64decode(m.group(i)))) for i in (1, 2))
+    assert (wide.width, small.width) == (2 * 320, 2 * 200)       # drawn at 2 x 80 dpi
+    # the smallest text of either layout, and the density it was drawn at
+    assert 'data-text-px="9.5" data-density="2"' in m.group(3)
+    assert 'style="max-width:100%;height:auto;width:320px"' in m.group(3)
+
+
+def test_frames_say_how_large_their_text_is():
+    w = static_widget(fig_render, {"slope": [1.0]}, dpi=72, hidpi=False)
+    size = plt.rcParams["xtick.labelsize"]
+    size = matplotlib.font_manager.FontProperties(size=size).get_size_in_points()
+    assert f'data-text-px="{size:.1f}" data-density="1"' in w.frames[(0,)].value
+    assert "data-text-px" not in static_widget(svg_render, {"a": [1]}).frames[(0,)].value
+
+
+def test_narrow_must_draw_the_same_kind_of_frame():
+    with pytest.raises(TypeError, match=r"narrow\(0,\) returned a svg frame for a webp frame"):
+        static_widget(fig_render, {"slope": [1.0]}, narrow=lambda slope: svg_render(s=slope))

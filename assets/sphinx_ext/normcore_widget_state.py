@@ -10,7 +10,8 @@ parallel with embed.js) when a widget first comes near the viewport, and fills t
 in before embed.js reads it.
 
 The frames themselves (the ``<img src="data:image/...;base64,...">`` of each widget's
-PNG or WebP frames) leave the state too: each is written once, named by its hash, to
+PNG or WebP frames, and the ``<source srcset=...>`` of a frame's narrow layout) leave the
+state too: each is written once, named by its hash, to
 ``_frames/`` at the site's root, and its ``<img>`` points there, with its pixel size as
 ``width``/``height`` (so the box keeps its size while a frame loads). A widget renders only
 the frame its controls select, so a reader's browser fetches a frame when it is shown, not
@@ -42,7 +43,9 @@ SUFFIX = ".widget-state.js"
 #: where the frames go, under the site's root
 FRAMES = "_frames"
 
-_DATA_IMG = re.compile(r'<img src="data:image/(png|webp);base64,([A-Za-z0-9+/=]+)"')
+#: an embedded frame: an <img>'s src, or the srcset of a <picture>'s <source> (a widget's
+#: narrow layout, normcore.widgets.static_widget(narrow=...))
+_DATA_IMG = re.compile(r'<(img src|source media="[^"]*" srcset)="data:image/(png|webp);base64,([A-Za-z0-9+/=]+)"')
 
 
 def image_size(fmt: str, data: bytes) -> tuple[int, int]:
@@ -61,14 +64,14 @@ def image_size(fmt: str, data: bytes) -> tuple[int, int]:
 def move_frames(value: str, page_dir: Path, outdir: Path) -> str:
     """`value` (a widget's HTML) with each embedded frame written to _frames/ and linked."""
     def one(m):
-        fmt, data = m.group(1), base64.b64decode(m.group(2))
+        fmt, data = m.group(2), base64.b64decode(m.group(3))
         w, h = image_size(fmt, data)
         target = outdir / FRAMES / f"{hashlib.sha256(data).hexdigest()[:20]}.{fmt}"
         if not target.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         src = Path(os.path.relpath(target, page_dir)).as_posix()
-        return f'<img src="{src}" width="{w}" height="{h}"'
+        return f'<{m.group(1)}="{src}" width="{w}" height="{h}"'
 
     return _DATA_IMG.sub(one, value)
 

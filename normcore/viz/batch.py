@@ -119,13 +119,16 @@ def batch_dependence(batch_size: int, draw: int, *, seed: int = 0, num_draws: in
 
 def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
                             num_draws: int = NUM_DRAWS, panel: str = "both",
-                            ylim: float = 3.0, width: float = 7.6) -> Figure:
+                            ylim: float = 3.0, width: float = 7.6,
+                            narrow: bool = False) -> Figure:
     """One frame of the batch-dependence widget.
 
     ``panel="both"``: left, the sample's BatchNorm output (bars) for this draw, with its
     outputs under the other draws of the same batch size (grey dots) and its value with the
     population statistics (black ticks); right, its LayerNorm output.  ``panel="bn"`` or
     ``"ln"`` draws one side only (the ``"ln"`` figure is the same for every argument).
+    ``narrow``: the layout for a phone's column, 4 inches wide (320 px at the widget's 80 dpi):
+    the LayerNorm panel under the BatchNorm panel, the same text sizes.
     """
     if panel not in ("both", "bn", "ln"):
         raise ValueError(f"panel must be 'both', 'bn' or 'ln', got {panel!r}")
@@ -139,12 +142,19 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
     ratios = [1.55, 1.0] if panel == "both" else [1.0]
     # a fixed layout (not "constrained"): every frame has the same geometry, and drawing
     # twenty frames is a third faster
-    fig_w = width if panel == "both" else width * 0.55
-    left = 0.7 / fig_w                                       # room for the y label, in inches
-    fig = Figure(figsize=(fig_w, 3.0))
-    axs = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={
-        "width_ratios": ratios, "left": left, "right": 0.99, "bottom": 0.1, "top": 0.89,
-        "wspace": 0.12})[0]
+    if narrow:
+        fig_w = 4.0
+        fig = Figure(figsize=(fig_w, 3.0 * len(panels) + 0.2))
+        axs = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={
+            "left": 0.7 / fig_w, "right": 0.98, "bottom": 0.05 * 2 / len(panels),
+            "top": 1 - 0.06 * 2 / len(panels), "hspace": 0.3})[:, 0]
+    else:
+        fig_w = width if panel == "both" else width * 0.55
+        left = 0.7 / fig_w                                   # room for the y label, in inches
+        fig = Figure(figsize=(fig_w, 3.0))
+        axs = fig.subplots(1, len(panels), squeeze=False, gridspec_kw={
+            "width_ratios": ratios, "left": left, "right": 0.99, "bottom": 0.1, "top": 0.89,
+            "wspace": 0.12})[0]
     for ax, which in zip(axs, panels):
         ax.axhline(0, color="#999999", lw=0.8)
         ax.set_ylim(-ylim, ylim)
@@ -168,13 +178,13 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
                       zorder=4, label=r"population $\mu_{pop}, \sigma_{pop}$")
             ax.set_title(f"BatchNorm (train mode), batch size N = {batch_size}", fontsize=10)
             ax.set_ylabel(r"output for $x_0$", fontsize=9.5)
-            ax.legend(fontsize=9, loc="lower left", ncol=3, frameon=False,
+            ax.legend(fontsize=9, loc="lower left", ncol=2 if narrow else 3, frameon=False,
                       handlelength=1.0, handletextpad=0.4, columnspacing=0.8,
                       borderaxespad=0.2)
         else:
             ax.bar(xs, frame.ln.clamp(-ylim, ylim).numpy(), width=0.55, color=_LN_COLOR)
             ax.set_title("LayerNorm: same in every frame", fontsize=10)
-            if panel == "ln":
+            if panel == "ln" or narrow:
                 ax.set_ylabel(r"output for $x_0$", fontsize=9.5)
     return fig
 

@@ -89,7 +89,7 @@ _CSS = (
     ".nc-cube .on-dark{fill:#fff;stroke:none;font-weight:bold}"
     ".nc-cube .mid{text-anchor:middle}.nc-cube .end{text-anchor:end}"
     ".nc-cube .title{font-weight:bold;font-size:13.5px}.nc-cube .note{fill:#555}"
-    ".nc-cube .sub{font-size:9px}.nc-cube .small{font-size:10px;fill:#555}"
+    ".nc-cube .sub{font-size:10px}.nc-cube .small{font-size:10px;fill:#555}"
 )
 
 
@@ -379,7 +379,7 @@ def _legend(x: int, y: int) -> list[str]:
 
 def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
              shape=(4, 6, 4), x: torch.Tensor | None = None, eps: float = 1e-5,
-             note: str | None = None) -> str:
+             note: str | None = None, narrow: bool = False) -> str:
     r"""The exploded N x C x (H·W) cube with :math:`S_i` of ``element`` shaded, as SVG text.
 
     Parameters
@@ -400,6 +400,9 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
         :math:`\epsilon` for :math:`y_i`.
     note:
         One extra line of plain text under the panel (e.g. which controls do nothing here).
+    narrow:
+        The layout for a phone's column: the panel under the cube instead of beside it, so
+        that the picture is about 320 px wide and its text keeps its size (12 px) there.
 
     Returns
     -------
@@ -432,8 +435,8 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
     cw, ch = _cube_size(N, C, S)
     body = [f'<text class="title" x="8" y="17">{_esc(_norm_title(norm, G))}</text>']
     body += _cube(labels, e, 4, top)
-    # the panel
-    px, py = cw + 18, top + 6
+    # the panel: beside the cube, or under it (narrow)
+    px, py = (8, top + ch) if narrow else (cw + 18, top + 6)
     lines = [(f"element i = (n={e[0]}, c={e[1]}, s={e[2]})", "")]
     lines.append(("S_i = " + where, ""))
     factors = " \u00d7 ".join(str(len(v)) for v in (ns, cs, ss))
@@ -464,7 +467,7 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
         yy += 14
         panel.append(f'<text class="note" x="{px}" y="{yy}">{_esc(note)}</text>')
     body += panel
-    width = px + 225
+    width = max(cw + 8, px + 225) if narrow else px + 225
     height = max(top + ch, yy + 8)
     attrs = {"norm": norm, "element": f"{e[0]},{e[1]},{e[2]}", "size": str(size)}
     if G is not None:

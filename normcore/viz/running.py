@@ -59,8 +59,12 @@ def title(sim: RunningSimulation) -> str:
 
 
 def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
-                      figsize: tuple[float, float] = (7.2, 5.9)) -> Figure:
+                      figsize: tuple[float, float] | None = None, narrow: bool = False) -> Figure:
     """Three panels over the steps of one simulation (``channel`` of it).
+
+    ``narrow``: the layout for a phone's column (4 inches wide, 320 px at the widget's 80 dpi):
+    the legend in one column and the title on two lines, the same text sizes. ``figsize``
+    defaults to (7.2, 5.9), or (4.0, 7.4) when narrow.
 
     1. mean: the per-batch means (grey dots), the population mean (black, dashed), and
        ``running_mean`` (blue);
@@ -84,9 +88,14 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
     t0 = torch.cat([torch.zeros(1, dtype=torch.int64), sim.step]).numpy()  # with the initial value
     (mlo, mhi), (vlo, vhi) = _limits(sim)
 
+    if figsize is None:
+        figsize = (4.0, 7.4) if narrow else (7.2, 5.9)
     fig = Figure(figsize=figsize)
     axes = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1, 0.8]})
-    fig.subplots_adjust(left=0.11, right=0.985, top=0.835, bottom=0.075, hspace=0.12)
+    if narrow:
+        fig.subplots_adjust(left=0.19, right=0.96, top=0.785, bottom=0.065, hspace=0.12)
+    else:
+        fig.subplots_adjust(left=0.11, right=0.985, top=0.835, bottom=0.075, hspace=0.12)
     dot = dict(s=3, color=COLORS["batch"], linewidths=0, zorder=1)
     pop = dict(color=COLORS["population"], lw=1.3, ls="--", zorder=3, drawstyle="steps-pre")
 
@@ -137,10 +146,12 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
         h, lab = ax.get_legend_handles_labels()
         handles += h
         labels += lab
-    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=9, frameon=False,
-               bbox_to_anchor=(0.53, 0.965), handlelength=1.6, columnspacing=1.5,
-               markerscale=2.5, labelspacing=0.3)
-    fig.suptitle(title(sim), fontsize=10, y=0.995)
+    fig.legend(handles, labels, loc="upper center", ncol=1 if narrow else 2, fontsize=9,
+               frameon=False, bbox_to_anchor=(0.55, 0.945) if narrow else (0.53, 0.965),
+               handlelength=1.6, columnspacing=1.5, markerscale=2.5, labelspacing=0.3)
+    head = title(sim)
+    fig.suptitle(head.replace("batch size", "\nbatch size") if narrow else head, fontsize=10,
+                 y=0.997 if narrow else 0.995)
     return fig
 
 

@@ -1,0 +1,62 @@
+"""The phone layouts of the chapters' widgets (static_widget(narrow=...)): drawn for a column of
+about 320 px, their text is at least 10 px there. The site's test measures it in a browser at
+390 px; these check the drawings themselves, without a build."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from normcore.viz import batch as vb  # noqa: E402
+from normcore.viz import cube  # noqa: E402
+from normcore.viz import running as vr  # noqa: E402
+from normcore.widgets import NARROW_WIDTH_PX, _smallest_text_px, figure_to_png  # noqa: E402
+
+DPI = 80  # static_widget's default: a font of p points is p * 80 / 72 px
+
+
+def _svg_width(svg: str) -> float:
+    return float(re.search(r'viewBox="0 0 ([0-9.]+) ', svg).group(1))
+
+
+def _svg_font_px(svg: str) -> list[float]:
+    return [float(v) for v in re.findall(r"font(?:-size)?:\s*([0-9.]+)px", svg)]
+
+
+@pytest.mark.parametrize("norm,G", [("batch", None), ("layer", None), ("group", 2), ("instance", None)])
+def test_cube_narrow_fits_a_phone_column_with_its_text_size(norm, G):
+    x = torch.randn(4, 6, 2, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    wide = cube.cube_svg(norm, (1, 2, 3), G, x=x)
+    narrow = cube.cube_svg(norm, (1, 2, 3), G, x=x, narrow=True)
+    assert _svg_width(wide) > 500
+    assert _svg_width(narrow) <= NARROW_WIDTH_PX      # shown unscaled in a 328 px column
+    assert min(_svg_font_px(narrow)) >= 10
+    # the same picture: every number and label of the wide layout is in the narrow one
+    texts = lambda s: sorted(re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>(.*?)</text>", s))  # noqa: E731
+    assert texts(narrow) == texts(wide)
+
+
+def _check_figure(fig):
+    png = figure_to_png(fig, dpi=DPI)                  # drawn: tick labels exist
+    assert fig.get_figwidth() * DPI <= NARROW_WIDTH_PX
+    assert _smallest_text_px(fig, DPI) >= 10 - 1e-9
+    return png
+
+
+def test_running_simulation_narrow():
+    from normcore import experiments
+
+    sims = experiments.running_stats_grid()
+    _check_figure(vr.simulation_figure(sims[0.1, 8, True], narrow=True))
+
+
+@pytest.mark.parametrize("batch_size", [2, 64])
+def test_batch_dependence_narrow(batch_size):
+    fig = vb.batch_dependence_figure(batch_size, 1, narrow=True)
+    _check_figure(fig)
+    assert len(fig.axes) == 2 and fig.axes[0].get_position().y0 > fig.axes[1].get_position().y1
