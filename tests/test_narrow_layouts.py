@@ -60,3 +60,19 @@ def test_batch_dependence_narrow(batch_size):
     fig = vb.batch_dependence_figure(batch_size, 1, narrow=True)
     _check_figure(fig)
     assert len(fig.axes) == 2 and fig.axes[0].get_position().y0 > fig.axes[1].get_position().y1
+
+
+@pytest.mark.parametrize("G", [1, 2, 8])
+@pytest.mark.parametrize("narrow", [False, True])
+def test_group_explorer_fits_its_note_and_a_phone(G, narrow):
+    from normcore.viz import group as vg
+
+    x = torch.randn(3, 8, 2, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    svg = vg.group_explorer_svg(x, G, (1, 2, 1), narrow=narrow)
+    width = _svg_width(svg)
+    if narrow:
+        assert width <= NARROW_WIDTH_PX and min(_svg_font_px(svg)) >= 10
+    # the note ("G = 1: this is LayerNorm over (C, H, W)") ends inside the picture: its x plus
+    # 7 px a character (12 px sans-serif) -- it was clipped at "(C, H, W" before
+    for x0, text in re.findall(r'<text class="note" x="([0-9.]+)"[^>]*>([^<]*)</text>', svg):
+        assert float(x0) + 7 * len(text) <= width, (text, x0, width)

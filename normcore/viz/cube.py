@@ -467,7 +467,10 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
         yy += 14
         panel.append(f'<text class="note" x="{px}" y="{yy}">{_esc(note)}</text>')
     body += panel
-    width = max(cw + 8, px + 225) if narrow else px + 225
+    # the panel is 225 px wide; a longer note widens the picture instead of being clipped
+    # (12 px sans-serif: at most 7 px a character)
+    panel_w = max(225, 7 * len(note) + 8) if note else 225
+    width = max(cw + 8, px + panel_w) if narrow else px + panel_w
     height = max(top + ch, yy + 8)
     attrs = {"norm": norm, "element": f"{e[0]},{e[1]},{e[2]}", "size": str(size)}
     if G is not None:

@@ -61,13 +61,16 @@ def _counts(values: torch.Tensor) -> list[int]:
     return [int((idx == k).sum()) for k in range(len(HIST_EDGES) - 1)]
 
 
-def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0)) -> str:
-    """One frame of the group explorer (see the module docstring), as SVG text."""
+def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0), *,
+                       narrow: bool = False) -> str:
+    """One frame of the group explorer (see the module docstring), as SVG text.
+    ``narrow``: the phone layout, the cube's panel under it (:func:`cube_svg`), about 310 px
+    wide, so that its text keeps its size in a phone's column."""
     N, C = x.shape[:2]
     identity = identity_of(num_groups, C)
     note = {"layer": "G = 1: this is LayerNorm over (C, H, W)",
             "instance": "G = C: this is InstanceNorm"}.get(identity)
-    cube = cube_svg("group", element, num_groups, x=x, note=note)
+    cube = cube_svg("group", element, num_groups, x=x, note=note, narrow=narrow)
     head = cube[:cube.index(">") + 1]
     cw = int(float(head.split('width="')[1].split('"')[0]))
     ch = int(float(head.split('height="')[1].split('"')[0]))
