@@ -62,17 +62,17 @@ def test_the_modes_place_the_layernorm_differently():
         torch.manual_seed(1)                            # the same weights for every mode
         outs[mode] = prenorm.Layer(8, mode, alpha=2.0)(x)
     # Post-LN and DeepNorm end in a LayerNorm: each token has mean 0 over its features
-    for mode in ("Post-LN", "DeepNorm", "DeepNorm (alpha on G)"):
+    for mode in ("Post-LN", "DeepNorm", "DeepNorm (alpha on F)"):
         assert outs[mode].mean(-1).abs().max() < 1e-12, mode
     assert outs["Pre-LN"].mean(-1).abs().max() > 1e-3         # Pre-LN does not
-    assert not torch.allclose(outs["DeepNorm"], outs["DeepNorm (alpha on G)"])
+    assert not torch.allclose(outs["DeepNorm"], outs["DeepNorm (alpha on F)"])
 
 
 @pytest.mark.parametrize("call", [lambda: prenorm.Layer(8, "post-ln"),
                                   lambda: prenorm.grad_norms(0, "PreLN", L=2, C=8)])
 def test_an_unknown_mode_names_the_choices(call):
     with pytest.raises(ValueError, match="unknown mode .*choose one of 'Post-LN', 'Pre-LN', "
-                                         "'DeepNorm', 'DeepNorm \\(alpha on G\\)'"):
+                                         "'DeepNorm', 'DeepNorm \\(alpha on F\\)'"):
         call()
 
 

@@ -32,7 +32,7 @@ from .runner import Experiment
 __all__ = ["MODES", "Layer", "initialize", "grad_norms", "GRADS"]
 
 #: Where the LayerNorm sits, and where DeepNorm's alpha multiplies.
-MODES = ("Post-LN", "Pre-LN", "DeepNorm", "DeepNorm (alpha on G)")
+MODES = ("Post-LN", "Pre-LN", "DeepNorm", "DeepNorm (alpha on F)")
 
 
 def _check(name: str, mode: str, L: int, C: int) -> None:
@@ -72,18 +72,18 @@ class Layer(torch.nn.Module):
                 weight.mul_(beta)
 
     def branch(self, j: int, h: torch.Tensor) -> torch.Tensor:
-        """Sublayer ``j``: 0 is self-attention, 1 the feed-forward network G."""
+        """Sublayer ``j``: 0 is self-attention, 1 the feed-forward network F."""
         if j == 0:
             return self.attn(h, h, h, need_weights=False)[0]
         return self.ff(h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for j, norm in enumerate(self.norms):
-            if self.mode == "Pre-LN":                 # x + G(LN(x))
+            if self.mode == "Pre-LN":                 # x + F(LN(x))
                 x = x + self.branch(j, norm(x))
-            elif self.mode == "DeepNorm (alpha on G)":  # LN(x + alpha G(x))
+            elif self.mode == "DeepNorm (alpha on F)":  # LN(x + alpha F(x))
                 x = norm(x + self.alpha * self.branch(j, x))
-            else:                                     # LN(alpha x + G(x)); Post-LN: alpha = 1
+            else:                                     # LN(alpha x + F(x)); Post-LN: alpha = 1
                 x = norm(self.alpha * x + self.branch(j, x))
         return x
 

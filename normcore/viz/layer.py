@@ -35,7 +35,7 @@ __all__ = ["set_svg", "set_statistics", "numerics", "numerics_svg", "METHODS",
 COLORS = {
     "naive": "#d62728", "two-pass": "#1f77b4", "welford": "#2ca02c",
     "Post-LN": "#d62728", "Pre-LN": "#1f77b4", "DeepNorm": "#2ca02c",
-    "DeepNorm (alpha on G)": "#9467bd",
+    "DeepNorm (alpha on F)": "#9467bd",
 }
 
 _CSS = (
