@@ -87,3 +87,18 @@ def test_gn_identities_with_affine(shape, dtype, affine):
     assert torch.equal(axes.stat_groups("group", shape, 1), axes.stat_groups("layer", shape))
     assert torch.equal(axes.stat_groups("group", shape, C), axes.stat_groups("instance", shape))
     assert not torch.equal(axes.stat_groups("group", shape, 1), axes.stat_groups("batch", shape))
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_layernorm_note_fits_the_viewbox(narrow):
+    """G = 1's note "LayerNorm over (C, H, W)" was clipped at "(C, H, W": it must end inside the
+    viewBox of the frame (estimated width: 7 px a character of the 12 px note)."""
+    import re
+
+    svg = vg.group_explorer_svg(_x(), 1, (1, 2, 1), narrow=narrow)
+    root = ET.fromstring(svg)
+    _, _, vb_width, _ = map(float, root.get("viewBox").split())
+    notes = re.findall(r'<text class="note" x="([0-9.]+)"[^>]*>([^<]*)</text>', svg)
+    assert any("LayerNorm over (C, H, W)" in text for _, text in notes)
+    for x0, text in notes:
+        assert float(x0) + 7 * len(text) <= vb_width, (text, x0, vb_width)
