@@ -75,3 +75,20 @@ def test_figures():
     assert isinstance(fig, Figure)
     fig = vl.grad_norms_figure({"Post-LN": [0.1, 0.2], "Pre-LN": [0.2, 0.1]})
     assert isinstance(fig, Figure) and len(fig.axes[0].lines) == 2
+
+
+def test_numerics_frames_say_why_there_is_no_dot():
+    # float16 at 1e4: every value rounds to 10000 (spacing 8); the frame says so in words
+    r = vl.numerics(1e4, torch.float16, "two-pass")
+    assert r.var_exact == 0 and len(set(r.values.tolist())) == 1
+    svg = vl.numerics_svg(1e4, torch.float16, "two-pass")
+    assert "all 64 values round to 10000: no spread left" in svg
+    assert "all 64 dots" in svg and "not a number" not in svg
+    # the naive variance: x * x overflows float16, so the output is NaN and no dot is drawn
+    svg = vl.numerics_svg(1e4, torch.float16, "naive")
+    assert "overflows float16 (max 65504)" in svg and "no dot to draw" in svg
+    assert "<circle" not in svg
+    svg = vl.numerics_svg(1e3, torch.float16, "naive")
+    assert "overflows float16" in svg and "no spread left" not in svg
+    # a frame with a spread left keeps its numbers
+    assert "relative error of the variance" in vl.numerics_svg(100, torch.float32, "naive")

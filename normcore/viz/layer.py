@@ -38,6 +38,9 @@ COLORS = {
     "DeepNorm (alpha on F)": "#9467bd",
 }
 
+#: Legend labels in the book's notation (DeepNorm's constant is alpha_DN, the sublayer F).
+LABELS = {"DeepNorm (alpha on F)": r"DeepNorm, $\alpha_{\mathrm{DN}}$ on $\mathcal{F}$"}
+
 _CSS = (
     ".nc-ln{font:13px sans-serif;fill:#222}"
     ".nc-ln rect{fill:#f1f3f5;stroke:#a3abb3;stroke-width:.7}"
@@ -235,11 +238,20 @@ def numerics_svg(offset: float, dtype: torch.dtype = torch.float32,
 
     body = [f'<text class="h" x="4" y="18">{_esc(method)} variance in {_dtype_name(dtype)}, '
             f'mean offset {offset:g}</text>']
+    n = r.values.numel()
+    overflow = float(r.values.double().abs().max()) ** 2 > torch.finfo(dtype).max
     if math.isfinite(r.var):
         vtxt = f"variance {r.var:.4g} (exact {r.var_exact:.4g})"
-        etxt = f"relative error of the variance: {r.var_error:.1e}"
+    elif overflow:      # x * x beyond the dtype's largest number: inf - inf = NaN
+        vtxt = (f"variance NaN: x\u00b2 overflows {_dtype_name(dtype)} "
+                f"(max {torch.finfo(dtype).max:.6g})")
     else:
         vtxt = f"variance {r.var} (exact {r.var_exact:.4g})"
+    if r.var_exact == 0:  # rounding to dtype made all the values equal: no spread is left
+        etxt = f"all {n} values round to {float(r.values[0]):g}: no spread left"
+    elif math.isfinite(r.var):
+        etxt = f"relative error of the variance: {r.var_error:.1e}"
+    else:
         etxt = "relative error of the variance: not a number"
     body.append(f'<text x="4" y="38">{_esc(vtxt)}</text>')
     bad = not math.isfinite(r.var_error) or r.var_error > 0.1
@@ -261,12 +273,14 @@ def numerics_svg(offset: float, dtype: torch.dtype = torch.float32,
             body.append(f'<circle cx="{sx(a):.1f}" cy="{sy(b):.1f}" r="2.6"/>')
         otxt = f"largest output error {r.out_error:.1e}"
     else:
-        otxt = "output: not a number (NaN or inf)"
+        otxt = "output: not a number (NaN or inf), so no dot can be drawn"
         body.append(f'<text class="m bad" x="{px0 + size / 2:.0f}" y="{py0 + size / 2:.0f}">'
-                    f'no finite output</text>')
+                    f'NaN: no dot to draw</text>')
     ox = px0 + size + 12
     lines = ["largest output", "error:",
              (f"{r.out_error:.1e}" if math.isfinite(r.out_error) else "NaN")]
+    if r.var_exact == 0 and math.isfinite(r.out_error):
+        lines += ["", f"all {n} dots", "on one point"]
     for j, line in enumerate(lines):
         cls = ' class="bad"' if (j == 2 and (not math.isfinite(r.out_error) or r.out_error > 0.1)) \
             else ""
@@ -285,7 +299,7 @@ def variance_error_figure(offsets: Sequence[float], errors: Mapping[str, Sequenc
     top edge at 1 with a cross."""
     fig = Figure(figsize=figsize)
     ax = fig.subplots()
-    fig.subplots_adjust(left=0.13, right=0.97, top=0.88, bottom=0.17)
+    fig.subplots_adjust(left=0.13, right=0.76, top=0.88, bottom=0.17)  # legend: right
     floor = 1e-9
     for name, errs in errors.items():
         ys = [min(1.0, e) if math.isfinite(e) else 1.0 for e in errs]
@@ -302,7 +316,8 @@ def variance_error_figure(offsets: Sequence[float], errors: Mapping[str, Sequenc
     ax.set_title(f"Variance of 4096 values in {dtype_name}, three ways", fontsize=12)
     ax.tick_params(labelsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=10, loc="center left")
+    # outside the axes, so that it hides no data
+    ax.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     return fig
 
 
@@ -312,15 +327,16 @@ def grad_norms_figure(norms: Mapping[str, Sequence[float]], *,
     line per model."""
     fig = Figure(figsize=figsize)
     ax = fig.subplots()
-    fig.subplots_adjust(left=0.13, right=0.97, top=0.88, bottom=0.17)
+    fig.subplots_adjust(left=0.16, right=0.62, top=0.88, bottom=0.17)  # legend: right
     for name, vals in norms.items():
         ax.plot(range(1, len(vals) + 1), vals, "-o", ms=4, lw=1.6, color=COLORS.get(name),
-                label=name)
+                label=LABELS.get(name, name))
     ax.set_yscale("log")
-    ax.set_xlabel("layer", fontsize=11)
+    ax.set_xlabel(r"layer $l$", fontsize=11)
     ax.set_ylabel("gradient norm", fontsize=11)
-    ax.set_title("Gradient norm per layer at initialization", fontsize=12)
+    ax.set_title(r"Gradient norm of $\mathcal{F}$ per layer at initialization", fontsize=12)
     ax.tick_params(labelsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=10)
+    # outside the axes, so that it hides no data
+    ax.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     return fig
