@@ -187,6 +187,18 @@ def test_exercise_overview_lists_every_exercise(chapter, tmp_path):
     assert table[-1] == "| small | `ex-derivation` | 3 | a derivation | by hand | |"
 
 
+def test_exercise_overview_reads_a_copy_without_solutions(tmp_path):
+    """`make book-nosolutions` builds the classroom page from chapters without solution and
+    check cells: their statements keep the op, so the page's table is the same."""
+    from normcore.classroom import exercises_of
+    from normcore.classroom.nosolutions import without_solutions
+
+    for path in sorted((ROOT / "chapters").glob("0[1-9]_*.ipynb"))[:3]:
+        copy = tmp_path / path.name
+        nbformat.write(without_solutions(nbformat.read(path, as_version=4)), copy)
+        assert exercises_of([copy]) == exercises_of([path])
+
+
 def test_every_chapter_has_a_checked_exercise():
     from normcore.classroom import exercises_of
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from .marking import marking
+from .marking import marking, read_exercises
 
 #: The roles whose cells leave the copy.
 REMOVED_ROLES = ("solution-start", "solution", "solution-end", "check")
@@ -26,8 +26,16 @@ BOOK_FOLDERS = ("assets", "_templates")
 
 
 def without_solutions(nb):
-    """A copy of the notebook ``nb`` without the cells of :data:`REMOVED_ROLES`."""
+    """A copy of the notebook ``nb`` without the cells of :data:`REMOVED_ROLES`. Each coding
+    exercise's statement keeps, in its ``normcore`` metadata, the ``op`` and ``function`` of
+    the check cell that leaves (the classroom page lists them, :mod:`.overview`)."""
     out = nbformat.from_dict(nb)
+    checked = {e.label: e for e in read_exercises(out) if e.op}
+    for c in out.cells:
+        mark = marking(c)
+        if mark and mark.get("role") == "statement" and mark["exercise"] in checked:
+            ex = checked[mark["exercise"]]
+            mark["op"], mark["function"] = ex.op, ex.function
     out.cells = [c for c in out.cells
                  if (marking(c) or {}).get("role") not in REMOVED_ROLES]
     return out
