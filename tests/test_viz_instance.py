@@ -91,6 +91,14 @@ def test_feature_stats_figure():
     t = torch.arange(4, dtype=torch.float64)
     fig = vi.feature_stats_figure(t, t + 1, t, t, t, t)
     assert isinstance(fig, Figure) and len(fig.axes) == 2
+    # the legend sits below the panels, outside both axes, so it hides no point
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["content", "style",
+                                                          "AdaIN output"]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert all(box.y1 < ax.get_window_extent().y0 for ax in fig.axes)
 
 
 def test_widget_frames_are_shown_at_the_frame_width():

@@ -176,8 +176,8 @@ def adain_figure(content: str, style: str, alpha: float, height: int = 72) -> Fi
 def feature_stats_figure(mu_c, s_c, mu_s, s_s, mu_o, s_o) -> Figure:
     """Per-channel (mean, std) of content, style and AdaIN output features: the output's
     points land on the style's."""
-    fig = Figure(figsize=(5.6, 2.6))
-    fig.subplots_adjust(left=0.12, right=0.98, top=0.9, bottom=0.2, wspace=0.3)
+    fig = Figure(figsize=(5.6, 2.9))
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.9, bottom=0.3, wspace=0.3)
     axs = fig.subplots(1, 2)
     k = torch.arange(len(mu_c)).numpy()
     for ax, (c, s, o), name in ((axs[0], (mu_c, mu_s, mu_o), "channel mean"),
@@ -189,5 +189,8 @@ def feature_stats_figure(mu_c, s_c, mu_s, s_s, mu_o, s_o) -> Figure:
         ax.set_xlabel("feature channel c", fontsize=_FONT)
         ax.tick_params(labelsize=_FONT - 1)
         ax.grid(True, lw=0.4, alpha=0.5)
-    axs[0].legend(fontsize=_FONT - 1, frameon=False)
+    # below the panels, where it can hide no point
+    handles, labels = axs[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=_FONT - 1,
+               frameon=False)
     return fig
