@@ -119,3 +119,50 @@ def compact_image(data: bytes, image_format: str = "auto") -> tuple[str, bytes]:
     if image_format == "webp" or len(webp) < len(data):
         return "webp", webp
     return "png", data
+
+
+# --- frames for narrow screens (static_widget(narrow=...)) ------------------------------------
+
+def smallest_text_px(fig: Any, dpi: int) -> float | None:
+    """The size of the smallest visible text of a matplotlib figure, in px at ``dpi``."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * dpi / 72 if sizes else None
+
+
+#: Screens narrower than this (CSS px) get a widget's ``narrow`` frames (the media query
+#: of each ``<picture>`` and NARROW_STYLE say the same number).
+NARROW_SCREEN_PX = 600
+#: The width to draw a narrow frame for: the text column of a 390 px phone is about 328 px.
+NARROW_WIDTH_PX = 320
+
+NARROW_STYLE = (
+    "<style>.normcore-widget .normcore-narrow{display:none}"
+    f"@media (max-width:{NARROW_SCREEN_PX}px){{.normcore-widget .normcore-wide{{display:none}}"
+    ".normcore-widget .normcore-narrow{display:block}}</style>"
+)
+_TEXT_PX = re.compile(r'data-text-px="([0-9.]+)"')
+_IMG_SRC = re.compile(r'^<img src="(data:image/[a-z]+;base64,[A-Za-z0-9+/=]+)"')
+
+
+def with_narrow_variant(wide: Any, fmt: str, narrow: Any, nfmt: str, key: tuple) -> Any:
+    """One frame (an ``ipywidgets.HTML``) holding both layouts: a ``<picture>`` whose
+    ``<source>`` is the narrow image (raster frames), or two ``<svg>`` of which
+    :data:`NARROW_STYLE` shows one (SVG frames)."""
+    if (fmt == "svg") != (nfmt == "svg"):
+        raise TypeError(f"narrow{key} returned a {nfmt} frame for a {fmt} frame of render{key}: "
+                        "both layouts must be SVG, or both images")
+    if fmt == "svg":
+        wide.value = (f'<div class="normcore-wide">{wide.value}</div>'
+                      f'<div class="normcore-narrow">{narrow.value}</div>')
+        return wide
+    src = _IMG_SRC.match(narrow.value).group(1)
+    value = wide.value
+    sizes = [float(m) for v in (wide.value, narrow.value) for m in _TEXT_PX.findall(v)]
+    if sizes:   # the smaller of the two layouts' smallest text (the img shows either)
+        value = _TEXT_PX.sub(f'data-text-px="{min(sizes):.1f}"', value)
+    wide.value = (f'<picture><source media="(max-width: {NARROW_SCREEN_PX}px)" '
+                  f'srcset="{src}">{value}</picture>')
+    return wide

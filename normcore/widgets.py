@@ -56,7 +56,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import ipywidgets
 
-from .images import check_image_format, compact_image, figure_description, figure_to_png, png_description
+from .images import (NARROW_SCREEN_PX, NARROW_STYLE, NARROW_WIDTH_PX, check_image_format, compact_image,
+                     figure_description, figure_to_png, png_description, smallest_text_px,
+                     with_narrow_variant)
 
 __all__ = [
     "Control",
@@ -191,15 +193,6 @@ def _label(v: Any) -> str:
     return str(v)
 
 
-def _smallest_text_px(fig: Any, dpi: int) -> float | None:
-    """The size of the smallest visible text of a matplotlib figure, in px at ``dpi``."""
-    from matplotlib.text import Text
-
-    sizes = [t.get_fontsize() for t in fig.findobj(Text)
-             if t.get_visible() and t.get_text().strip()]
-    return min(sizes) * dpi / 72 if sizes else None
-
-
 def _is_figure(obj: Any) -> bool:
     try:
         from matplotlib.figure import Figure
@@ -221,7 +214,7 @@ def _frame(obj: Any, key: tuple, dpi: int, hidpi: bool = True,
         width = round(obj.get_figwidth() * dpi)
         fig = obj
         obj = figure_to_png(fig, dpi=2 * dpi if hidpi else dpi, colors=colors)
-        text_px = _smallest_text_px(fig, dpi)     # once drawn: tick labels are set by drawing
+        text_px = smallest_text_px(fig, dpi)     # once drawn: tick labels are set by drawing
     if isinstance(obj, (bytes, bytearray, memoryview)):
         data = bytes(obj)
         if not data.startswith(_PNG_SIGNATURE):
@@ -296,42 +289,6 @@ def _with_text_alternative(w: ipywidgets.Widget | _Png, fmt: str, alt: str | Non
     value = (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode("ascii")}" '
              f'alt="{html.escape(alt.strip(), quote=True)}" style="{style}"{data_text}>')
     return ipywidgets.HTML(value=value), len(value.encode("utf-8")), fmt
-
-
-#: Screens narrower than this (CSS px) get a widget's ``narrow`` frames (normcore.css and the
-#: media query of each ``<picture>`` say the same number).
-NARROW_SCREEN_PX = 600
-#: The width to draw a narrow frame for: the text column of a 390 px phone is about 328 px.
-NARROW_WIDTH_PX = 320
-
-_NARROW_STYLE = (
-    "<style>.normcore-widget .normcore-narrow{display:none}"
-    f"@media (max-width:{NARROW_SCREEN_PX}px){{.normcore-widget .normcore-wide{{display:none}}"
-    ".normcore-widget .normcore-narrow{display:block}}</style>"
-)
-_TEXT_PX = re.compile(r'data-text-px="([0-9.]+)"')
-_IMG_SRC = re.compile(r'^<img src="(data:image/[a-z]+;base64,[A-Za-z0-9+/=]+)"')
-
-
-def _with_narrow_variant(wide: ipywidgets.HTML, fmt: str, narrow: ipywidgets.HTML, nfmt: str,
-                         key: tuple) -> ipywidgets.HTML:
-    """One frame holding both layouts: a ``<picture>`` whose ``<source>`` is the narrow image
-    (raster frames), or two ``<svg>`` of which the stylesheet shows one (SVG frames)."""
-    if (fmt == "svg") != (nfmt == "svg"):
-        raise TypeError(f"narrow{key} returned a {nfmt} frame for a {fmt} frame of render{key}: "
-                        "both layouts must be SVG, or both images")
-    if fmt == "svg":
-        wide.value = (f'<div class="normcore-wide">{wide.value}</div>'
-                      f'<div class="normcore-narrow">{narrow.value}</div>')
-        return wide
-    src = _IMG_SRC.match(narrow.value).group(1)
-    value = wide.value
-    sizes = [float(m) for v in (wide.value, narrow.value) for m in _TEXT_PX.findall(v)]
-    if sizes:   # the smaller of the two layouts' smallest text (the img shows either)
-        value = _TEXT_PX.sub(f'data-text-px="{min(sizes):.1f}"', value)
-    wide.value = (f'<picture><source media="(max-width: {NARROW_SCREEN_PX}px)" '
-                  f'srcset="{src}">{value}</picture>')
-    return wide
 
 
 class StaticWidget(ipywidgets.VBox):
@@ -468,7 +425,7 @@ def static_widget(
         if narrow is not None:
             nw, nbytes2, nfmt = _frame(narrow(**kwargs), key, dpi, hidpi, colors)
             nw, nbytes2, nfmt = _with_text_alternative(nw, nfmt, text, settings, image_format)
-            w = _with_narrow_variant(w, fmt, nw, nfmt, key)
+            w = with_narrow_variant(w, fmt, nw, nfmt, key)
             nbytes += nbytes2
         w.add_class("normcore-frame")
         total += nbytes
@@ -511,7 +468,7 @@ def static_widget(
     if narrow is not None:
         # which SVG layout shows: here, not only in the book's stylesheet, so that a notebook
         # in JupyterLab shows one layout too
-        children.append(ipywidgets.HTML(value=_NARROW_STYLE).add_class("normcore-narrow-style"))
+        children.append(ipywidgets.HTML(value=NARROW_STYLE).add_class("normcore-narrow-style"))
     if caption:
         children.append(
             ipywidgets.HTMLMath(value=f'<div class="normcore-caption">{caption}</div>').add_class(

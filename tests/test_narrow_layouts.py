@@ -15,7 +15,8 @@ matplotlib.use("Agg")
 from normcore.viz import batch as vb  # noqa: E402
 from normcore.viz import cube  # noqa: E402
 from normcore.viz import running as vr  # noqa: E402
-from normcore.widgets import NARROW_WIDTH_PX, _smallest_text_px, figure_to_png  # noqa: E402
+from normcore.images import NARROW_WIDTH_PX, figure_to_png  # noqa: E402
+from normcore.images import smallest_text_px as _smallest_text_px  # noqa: E402
 
 DPI = 80  # static_widget's default: a font of p points is p * 80 / 72 px
 

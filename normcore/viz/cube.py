@@ -401,8 +401,7 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
     note:
         One extra line of plain text under the panel (e.g. which controls do nothing here).
     narrow:
-        The layout for a phone's column: the panel under the cube instead of beside it, so
-        that the picture is about 320 px wide and its text keeps its size (12 px) there.
+        A phone's layout: the panel under the cube, the picture about 320 px wide.
 
     Returns
     -------
@@ -435,8 +434,7 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
     cw, ch = _cube_size(N, C, S)
     body = [f'<text class="title" x="8" y="17">{_esc(_norm_title(norm, G))}</text>']
     body += _cube(labels, e, 4, top)
-    # the panel: beside the cube, or under it (narrow)
-    px, py = (8, top + ch) if narrow else (cw + 18, top + 6)
+    px, py = (8, top + ch) if narrow else (cw + 18, top + 6)    # the panel: under, or beside
     lines = [(f"element i = (n={e[0]}, c={e[1]}, s={e[2]})", "")]
     lines.append(("S_i = " + where, ""))
     factors = " \u00d7 ".join(str(len(v)) for v in (ns, cs, ss))
@@ -467,8 +465,7 @@ def cube_svg(norm: str, element=(0, 0, 0), num_groups: int | None = None, *,
         yy += 14
         panel.append(f'<text class="note" x="{px}" y="{yy}">{_esc(note)}</text>')
     body += panel
-    # the panel is 225 px wide; a longer note widens the picture instead of being clipped
-    # (12 px sans-serif: at most 7 px a character)
+    # a note longer than the 225 px panel widens the picture (12 px text: <= 7 px a character)
     panel_w = max(225, 7 * len(note) + 8) if note else 225
     width = max(cw + 8, px + panel_w) if narrow else px + panel_w
     height = max(top + ch, yy + 8)
