@@ -150,6 +150,8 @@ def test_ws_widget_frames_do_not_move_with_scale_and_shift():
               for a in (0.5, 1.0, 3.0) for c in (-0.5, 0.0, 0.5)]
     assert len(set(bottom)) == 1
     assert "std 0.943" in vw.standardize_svg(1.0, 0.0, "original")
+    # notation: the shift is delta (c is the channel index), in the frame's label
+    assert "aW + \u03b4" in svg and "\u03b4 = 0.5" in svg and "aW + c" not in svg
 
 
 def test_ws_experiment_inputs_and_errors():

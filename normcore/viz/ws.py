@@ -3,9 +3,9 @@ r"""Pictures for the Weight Standardization chapter.
 * :func:`filter_weights`: the seeded depthwise ``3 x 3`` filters the widget shows (4 output
   channels, fan-in :math:`F = 9`: small enough that the conventions differ visibly);
 * :func:`standardize_svg`: each output channel's weights as a row of dots, raw
-  (:math:`aW + c`) on top and standardized below, with every row's mean and standard
+  (:math:`aW + \delta`) on top and standardized below, with every row's mean and standard
   deviation written beside it, as a hand-written SVG.  The frames of the chapter's
-  static-first widget: the top panel moves with the scale :math:`a` and the shift :math:`c`,
+  static-first widget: the top panel moves with the scale :math:`a` and the shift :math:`\delta`,
   the bottom panel does not; the convention changes the bottom panel's spread.
 
 The standardized weights come from :func:`normcore.functional.weight_standardize`; nothing
@@ -57,7 +57,7 @@ def standardize_svg(scale: float, shift: float, convention: str,
            f'font-family="DejaVu Sans, Arial, sans-serif" font-size="{font}">',
            f"<title>{_esc(title)}</title>",
            f'<rect width="{width}" height="{2 * panel_h + 8}" fill="#ffffff"/>']
-    panels = ((raw, f"raw weights aW + c   (a = {scale:g}, c = {shift:g})"),
+    panels = ((raw, f"raw weights aW + \u03b4   (a = {scale:g}, \u03b4 = {shift:g})"),
               (what, f"standardized, '{convention}'"))
     for p, (vals, head) in enumerate(panels):
         top = p * (panel_h + 8)
