@@ -1,0 +1,156 @@
+"""The notation page (chapters/notation.md) and the chapters' math.
+
+The page is generated from chapters/notation.yml by tools/notation.py; every symbol a chapter's
+math uses must be defined there, in the table (the whole book) or in the chapter's own list of
+symbols that stay inside one argument. The symbol reader is tools/notation.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import notation  # noqa: E402
+
+DATA = notation.load()
+
+
+def test_page_is_generated():
+    """Nobody edits notation.md by hand: it is what the generator writes."""
+    assert notation.PAGE.read_text(encoding="utf-8") == notation.render(DATA), (
+        "chapters/notation.md differs from chapters/notation.yml: edit the YAML and run "
+        "python tools/notation.py")
+    assert notation.main(["--check"]) == 0
+
+
+def test_check_flag_detects_a_stale_page(tmp_path, monkeypatch):
+    page = tmp_path / "notation.md"
+    page.write_text(notation.render(DATA) + "\nedited by hand\n", encoding="utf-8")
+    monkeypatch.setattr(notation, "PAGE", page)
+    assert notation.main(["--check"]) == 1
+
+
+def test_no_symbol_has_two_meanings():
+    twice = {k: m for k, m in notation.defined(DATA).items() if len(m) > 1}
+    assert not twice, f"defined more than once: {twice}"
+    keys = set(notation.defined(DATA))
+    for chapter, symbols in notation.local(DATA).items():
+        clash = keys & set(symbols)
+        assert not clash, f"{chapter}'s local symbols {clash} are already in the table"
+        assert (notation.CHAPTERS / f"{chapter}.ipynb").exists() or \
+            (notation.CHAPTERS / f"{chapter}.md").exists(), chapter
+
+
+def test_decided_symbols_are_in_the_table():
+    keys = set(notation.defined(DATA))
+    for key in ["\\mathcal{L}", "L", "T", "M", "l", "\\mathcal{F}", "\\alpha_{DN}",
+                "\\beta_{DN}", "j", "\\mu", "\\sigma", "\\rho", "\\delta", "K", "G", "F"]:
+        assert key in keys, key
+    rows = {row["tex"]: row for s in DATA["sections"] for row in s["rows"]}
+    assert "04_layer_norm" in rows["$T$"]["first"]
+
+
+def test_rendered_page_keeps_its_formulas_and_tables():
+    page = notation.render(DATA)
+    assert page.startswith("(notation)=\n# Notation\n")
+    assert page.count("$$") == 4
+    for title in ["Tensors, shapes and indices", "The one formula", "Gradients",
+                  "Running statistics", "Weights", "Deep stacks"]:
+        assert f"## {title}\n\n| symbol | meaning | PyTorch name | first appears |" in page
+
+
+# ------------------------------------------------------------------ the reader of symbols
+
+OPS = set(DATA["operators"])
+
+
+def syms(tex: str) -> list[str]:
+    return notation.symbols_in(tex, OPS, notation.compounds(DATA))[0]
+
+
+@pytest.mark.parametrize("tex, expected", [
+    (r"\hat x_i = (x_i - \mu_i)\, r_i", [r"\hat{x}", "i", "x", "i", r"\mu", "i", "r", "i"]),
+    (r"\mu_{\text{pop}}", [r"\mu_{pop}"]),
+    (r"\sigma^2_{\text{pop}}", [r"\sigma_{pop}"]),
+    (r"\alpha_{\mathrm{DN}}\, x_l", [r"\alpha_{DN}", "x", "l"]),
+    (r"C_\text{out}", ["C_{out}"]),
+    (r"\mathrm{E}[x] + E[x] + \operatorname{Var}(x)", ["x", "x", "x"]),
+    (r"\sum_{k \in S_i} x_k", ["k", "S", "i", "x", "k"]),
+    (r"K_a \mu_a + M_2 + t^\ast + W'", ["K_a", r"\mu_a", "M_2", "t^*", "W'"]),
+    (r"\frac{\partial \mathcal{L}}{\partial \hat W_{c,j}}",
+     [r"\mathcal{L}", r"\hat{W}", "c", "j"]),
+    (r"\tilde\gamma_c", [r"\tilde{\gamma}", "c"]),
+    (r"x_{l+1} = \mathrm{LN}(x_l + \mathcal{F}(x_l))",
+     ["x", "l", "x", "l", r"\mathcal{F}", "x", "l"]),
+    (r"\text{if } x > 0", ["x"]),
+])
+def test_symbols_in(tex, expected):
+    assert syms(tex) == expected
+
+
+def test_math_in_markdown_reads_every_form_and_skips_code():
+    text = (
+        "Inline $x_i$ and `$not math$` and \\$5.\n\n"
+        "$$\ny = \\gamma\n$$\n\n"
+        "```{math}\n:label: eq\n\\mu = 0\n```\n\n"
+        "```python\nz = '$q$'\n```\n\n"
+        "````{admonition} A box\n:class: note\n\nInside $\\beta$.\n````\n"
+    )
+    assert notation.math_in_markdown(text) == ["\\mu = 0", "\\beta", "\ny = \\gamma\n", "x_i"]
+
+
+def test_checker_reports_exactly_the_undefined_symbol(tmp_path):
+    """(d) The check can fail: a copy of a chapter with one fake symbol added reports that
+    symbol, with its chapter and context, and nothing it already accepted."""
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    src = notation.CHAPTERS / "03_running_stats.ipynb"
+    nb = json.loads(src.read_text(encoding="utf-8"))
+    before = notation.check_chapters(DATA, notation.CHAPTERS)
+    before = {(v.symbol, v.context) for v in before if v.chapter == "03_running_stats"}
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "id": "fake",
+                        "source": ["A defined $\\gamma_c$ and a fake $\\zeta_c + \\mu$."]})
+    (chapters / src.name).write_text(json.dumps(nb), encoding="utf-8")
+    shutil.copy(notation.CHAPTERS / "notation.md", chapters / "notation.md")
+    found = notation.check_chapters(DATA, chapters)
+    new = [v for v in found if (v.symbol, v.context) not in before]
+    assert [(v.chapter, v.symbol, v.context) for v in new] == [
+        ("03_running_stats", "\\zeta", "\\zeta_c + \\mu")]
+
+    synthetic = ("We use $\\hat x_i$, $\\mu_{\\text{pop}}$ and an undefined "
+                 "$\\xi + \\mu_{\\text{foo}}$.")
+    bad = notation.check_text("intro", synthetic, DATA)
+    assert [v.symbol for v in bad] == ["\\xi", "\\mu_{foo}"]
+
+
+def test_local_symbols_count_in_their_chapter_only():
+    text = "The Hessian $Q$ and the step $\\eta$."
+    assert notation.check_text("01_why_normalize", text, DATA) == []
+    assert [v.symbol for v in notation.check_text("06_group_norm", text, DATA)] == ["Q"]
+
+
+def test_misuse_of_a_defined_letter_is_reported():
+    text = ("$\\partial L/\\partial y_i$ and $\\mathrm{LN}(x_l + G(x_l))$ and "
+            "$\\partial \\mathcal{L}$")
+    assert [v.symbol.split()[0] for v in notation.check_misuses("x", text, DATA)] == ["L", "G"]
+
+
+def test_unknown_operator_word_is_reported():
+    assert [v.symbol for v in notation.check_text("intro", "$\\mathrm{Foo}(x)$", DATA)] == [
+        "\\mathrm{Foo}"]
+
+
+# ------------------------------------------------------------------ the chapters
+
+def test_chapters_use_only_defined_symbols():
+    """(c) Every symbol in every chapter's math is in the table or in the chapter's list."""
+    bad = notation.check_chapters(DATA)
+    assert not bad, (f"{len(bad)} uses of symbols notation.yml does not define "
+                     "(chapter: symbol  in  context):\n" + "\n".join(map(str, bad)))
