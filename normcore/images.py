@@ -135,8 +135,9 @@ def smallest_text_px(fig: Any, dpi: int) -> float | None:
 #: Screens narrower than this (CSS px) get a widget's ``narrow`` frames (the media query
 #: of each ``<picture>`` and NARROW_STYLE say the same number).
 NARROW_SCREEN_PX = 600
-#: The width to draw a narrow frame for: the text column of a 390 px phone is about 328 px.
-NARROW_WIDTH_PX = 320
+#: The width to draw a narrow raster frame for: the text column of a 390 px phone is 328 px,
+#: 312 inside the light card that dark mode puts around a frame.
+NARROW_WIDTH_PX = 296
 
 NARROW_STYLE = (
     "<style>.normcore-widget .normcore-narrow{display:none}"

@@ -184,7 +184,7 @@ def test_exercise_overview_lists_every_exercise(chapter, tmp_path):
     assert rows[-1]["op"] is None and rows[-1]["mistakes"] is None
     table = exercise_table([path]).splitlines()
     assert len(table) == 2 + len(rows)
-    assert table[-1] == "| small | `ex-derivation` | 3 | a derivation | by hand | |"
+    assert table[-1] == "| small | `ex-derivation` | 3 | by hand | |"
 
 
 def test_exercise_overview_reads_a_copy_without_solutions(tmp_path):

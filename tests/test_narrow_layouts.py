@@ -19,6 +19,11 @@ from normcore.images import NARROW_WIDTH_PX, figure_to_png  # noqa: E402
 from normcore.images import smallest_text_px as _smallest_text_px  # noqa: E402
 
 DPI = 80  # static_widget's default: a font of p points is p * 80 / 72 px
+# An SVG frame is drawn at most 320 px wide; on a 390 px phone it is shown 291 to 328 px wide
+# (inside the widget's box, and in dark mode on a card with padding), so its smallest text must
+# be 11 px to stay above 10 px. A raster frame is drawn NARROW_WIDTH_PX wide (296 px) and
+# shown at least that wide, so its smallest text is 10 px.
+SVG_NARROW_MAX, SVG_MIN_FONT = 320, 11
 
 
 def _svg_width(svg: str) -> float:
@@ -35,8 +40,8 @@ def test_cube_narrow_fits_a_phone_column_with_its_text_size(norm, G):
     wide = cube.cube_svg(norm, (1, 2, 3), G, x=x)
     narrow = cube.cube_svg(norm, (1, 2, 3), G, x=x, narrow=True)
     assert _svg_width(wide) > 500
-    assert _svg_width(narrow) <= NARROW_WIDTH_PX      # shown unscaled in a 328 px column
-    assert min(_svg_font_px(narrow)) >= 10
+    assert _svg_width(narrow) <= SVG_NARROW_MAX
+    assert min(_svg_font_px(narrow)) >= SVG_MIN_FONT
     # the same picture: every number and label of the wide layout is in the narrow one
     texts = lambda s: sorted(re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>(.*?)</text>", s))  # noqa: E731
     assert texts(narrow) == texts(wide)
@@ -72,7 +77,7 @@ def test_group_explorer_fits_its_note_and_a_phone(G, narrow):
     svg = vg.group_explorer_svg(x, G, (1, 2, 1), narrow=narrow)
     width = _svg_width(svg)
     if narrow:
-        assert width <= NARROW_WIDTH_PX and min(_svg_font_px(svg)) >= 10
+        assert width <= SVG_NARROW_MAX and min(_svg_font_px(svg)) >= SVG_MIN_FONT
     # the note ("G = 1: this is LayerNorm over (C, H, W)") ends inside the picture: its x plus
     # 7 px a character (12 px sans-serif) -- it was clipped at "(C, H, W" before
     for x0, text in re.findall(r'<text class="note" x="([0-9.]+)"[^>]*>([^<]*)</text>', svg):

@@ -199,9 +199,10 @@ MB = 1024 * 1024
 #: 1.8 MB) and the page's widget state (its frames, moved out of the HTML by
 #: assets/sphinx_ext/normcore_widget_state.py) load only when a widget comes near the viewport
 #: (assets/static/normcore-widgets.js), so a page is held to the goal twice: at first, and
-#: scrolled through.
+#: scrolled through. A chapter's goal is 4.5 MB: its widget state carries each frame in two
+#: layouts where a widget has a phone layout (static_widget(narrow=...)), 4.13 MB in chapter 1.
 LOADED_GOAL_TEXT = 1.5 * MB
-LOADED_GOAL_CHAPTER = 4 * MB
+LOADED_GOAL_CHAPTER = 4.5 * MB
 
 
 @pytest.mark.site

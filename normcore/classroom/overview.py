@@ -35,14 +35,15 @@ def exercises_of(paths) -> list[dict]:
 
 
 def exercise_table(paths) -> str:
-    """:func:`exercises_of` as a Markdown table (GitHub's syntax), one row per exercise."""
-    lines = ["| chapter | exercise | points | the student writes | checked by | mistakes named |",
-             "|---|---|---|---|---|---|"]
+    """:func:`exercises_of` as a Markdown table (GitHub's syntax), one row per exercise: the
+    chapter's number, the label, the points, and the checker's op (a derivation: by hand)."""
+    lines = ["| ch. | exercise | points | checked by | mistakes named |",
+             "|---|---|---|---|---|"]
     for r in exercises_of(paths):
+        number = r["chapter"].split("_")[0].lstrip("0")
         if r["op"]:
-            lines.append(f"| {r['chapter']} | `{r['label']}` | {r['points']} | "
-                         f"`{r['function']}` | `{r['op']}` | {r['mistakes']} |")
+            lines.append(f"| {number} | `{r['label']}` | {r['points']} | `{r['op']}` | "
+                         f"{r['mistakes']} |")
         else:
-            lines.append(f"| {r['chapter']} | `{r['label']}` | {r['points']} | "
-                         "a derivation | by hand | |")
+            lines.append(f"| {number} | `{r['label']}` | {r['points']} | by hand | |")
     return "\n".join(lines)

@@ -127,7 +127,7 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
     outputs under the other draws of the same batch size (grey dots) and its value with the
     population statistics (black ticks); right, its LayerNorm output.  ``panel="bn"`` or
     ``"ln"`` draws one side only (the ``"ln"`` figure is the same for every argument).
-    ``narrow``: the layout for a phone's column, 4 inches wide (320 px at the widget's 80 dpi):
+    ``narrow``: the layout for a phone's column, 3.7 inches wide (296 px at the widget's 80 dpi):
     the LayerNorm panel under the BatchNorm panel, the same text sizes.
     """
     if panel not in ("both", "bn", "ln"):
@@ -143,7 +143,7 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
     # a fixed layout (not "constrained"): every frame has the same geometry, and drawing
     # twenty frames is a third faster
     if narrow:
-        fig_w = 4.0
+        fig_w = 3.7
         fig = Figure(figsize=(fig_w, 3.0 * len(panels) + 0.2))
         axs = fig.subplots(len(panels), 1, squeeze=False, gridspec_kw={
             "left": 0.7 / fig_w, "right": 0.98, "bottom": 0.05 * 2 / len(panels),

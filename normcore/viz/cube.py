@@ -89,7 +89,7 @@ _CSS = (
     ".nc-cube .on-dark{fill:#fff;stroke:none;font-weight:bold}"
     ".nc-cube .mid{text-anchor:middle}.nc-cube .end{text-anchor:end}"
     ".nc-cube .title{font-weight:bold;font-size:13.5px}.nc-cube .note{fill:#555}"
-    ".nc-cube .sub{font-size:10px}.nc-cube .small{font-size:10px;fill:#555}"
+    ".nc-cube .sub{font-size:11px}.nc-cube .small{font-size:11px;fill:#555}"
 )
 
 

@@ -88,7 +88,7 @@ def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0), *,
         body.append(f'<rect class="bar" data-count="{cnt}" x="{left + k * bw + 1:.1f}" '
                     f'y="{y0 + _HH - h:.1f}" width="{bw - 2:.1f}" height="{h:.1f}" '
                     f'style="fill:#5088c8;stroke:#123f80;stroke-width:1"/>')
-    axis = "font:11px sans-serif;fill:#222"
+    axis = "font:11.5px sans-serif;fill:#222"
     body.append(f'<path d="M{left} {y0 + _HH}h{_HW}M{left} {y0}v{_HH}" '
                 f'style="stroke:#444;fill:none"/>')
     for k, edge in enumerate(HIST_EDGES):

@@ -162,7 +162,7 @@ def set_svg(normalized_ndim: int = 3, element=(0, 1, 0, 2), shape=(2, 3, 2, 4),
             body.append(f'<text class="q" x="4" y="{ny:.0f}">n = {n}</text>')
         body += _grid(st.mask, element, left, gy, cell, gap)
         ty = gy + grid_h + 20
-        body.append(f'<text x="4" y="{ty}">|S<tspan dy="3" font-size="10">i</tspan>'
+        body.append(f'<text x="4" y="{ty}">|S<tspan dy="3" font-size="12">i</tspan>'
                     f'<tspan dy="-3">| = {st.size},  mean = {_num(st.mean)},  '
                     f'variance = {_num(st.var)}</tspan></text>')
         attrs[f"{norm}-size"] = str(st.size)

@@ -62,9 +62,9 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
                       figsize: tuple[float, float] | None = None, narrow: bool = False) -> Figure:
     """Three panels over the steps of one simulation (``channel`` of it).
 
-    ``narrow``: the layout for a phone's column (4 inches wide, 320 px at the widget's 80 dpi):
+    ``narrow``: the layout for a phone's column (3.7 inches wide, 296 px at the widget's 80 dpi):
     the legend in one column and the title on two lines, the same text sizes. ``figsize``
-    defaults to (7.2, 5.9), or (4.0, 7.4) when narrow.
+    defaults to (7.2, 5.9), or (3.7, 7.4) when narrow.
 
     1. mean: the per-batch means (grey dots), the population mean (black, dashed), and
        ``running_mean`` (blue);
@@ -89,11 +89,11 @@ def simulation_figure(sim: RunningSimulation, channel: int = 0, *,
     (mlo, mhi), (vlo, vhi) = _limits(sim)
 
     if figsize is None:
-        figsize = (4.0, 7.4) if narrow else (7.2, 5.9)
+        figsize = (3.7, 7.4) if narrow else (7.2, 5.9)
     fig = Figure(figsize=figsize)
     axes = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1, 0.8]})
     if narrow:
-        fig.subplots_adjust(left=0.19, right=0.96, top=0.785, bottom=0.065, hspace=0.12)
+        fig.subplots_adjust(left=0.2, right=0.96, top=0.785, bottom=0.065, hspace=0.12)
     else:
         fig.subplots_adjust(left=0.11, right=0.985, top=0.835, bottom=0.075, hspace=0.12)
     dot = dict(s=3, color=COLORS["batch"], linewidths=0, zorder=1)
