@@ -127,8 +127,11 @@ def smallest_text_px(fig: Any, dpi: int) -> float | None:
     """The size of the smallest visible text of a matplotlib figure, in px at ``dpi``."""
     from matplotlib.text import Text
 
+    # the tick and axis labels of an axes drawn with set_axis_off() exist, but are not drawn
+    hidden = {id(t) for ax in fig.axes if not ax.axison
+              for axis in (ax.xaxis, ax.yaxis) for t in axis.findobj(Text)}
     sizes = [t.get_fontsize() for t in fig.findobj(Text)
-             if t.get_visible() and t.get_text().strip()]
+             if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
     return min(sizes) * dpi / 72 if sizes else None
 
 

@@ -82,3 +82,17 @@ def test_group_explorer_fits_its_note_and_a_phone(G, narrow):
     # 7 px a character (12 px sans-serif) -- it was clipped at "(C, H, W" before
     for x0, text in re.findall(r'<text class="note" x="([0-9.]+)"[^>]*>([^<]*)</text>', svg):
         assert float(x0) + 7 * len(text) <= width, (text, x0, width)
+
+
+def test_text_of_an_axes_that_is_off_does_not_count():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3, 2))
+    img, plot = fig.subplots(1, 2)
+    img.imshow([[0, 1], [1, 0]])
+    img.set_axis_off()                       # its tick labels (10 pt) are never drawn
+    plot.plot([0, 1])
+    plot.tick_params(labelsize=12)
+    plot.set_title("t", fontsize=14)
+    figure_to_png(fig, dpi=DPI)
+    assert _smallest_text_px(fig, DPI) == 12 * DPI / 72
