@@ -8,7 +8,7 @@ import torch
 
 import normcore.experiments as experiments
 from normcore import nn as ncnn
-from normcore.experiments import group
+from normcore.experiments import group, runner
 from normcore.experiments.runner import Experiment
 
 SHORT = dict(steps=4, batch=8, n_test=64)        # a run of a few milliseconds
@@ -17,10 +17,8 @@ SHORT = dict(steps=4, batch=8, n_test=64)        # a run of a few milliseconds
 @pytest.fixture(autouse=True)
 def one_thread():
     """One thread, as runner.run gives each run (more only contend on these tiny tensors)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with runner.one_thread():
+        yield
 
 
 def test_stripes_are_seeded_images_of_four_classes():

@@ -9,11 +9,9 @@ from normcore.experiments import prenorm, runner
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """As the runner runs them: tiny float64 tensors, where a second thread only waits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    """One thread, as runner.run gives each run (more only contend on these tiny tensors)."""
+    with runner.one_thread():
+        yield
 
 
 def test_float64_gradient_norms_are_seeded_and_summarized():

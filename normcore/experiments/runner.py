@@ -26,6 +26,7 @@ trained or read from the cache, so the stored output does not depend on the cach
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import importlib
 import itertools
@@ -259,19 +260,25 @@ def _check_config(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
 
 # --- running ------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread inside the block (as every run is), the thread count restored."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _call(target: str, config: Mapping[str, Any], seed: int) -> dict[str, float]:
     """One run on one thread, the caller's random state restored afterwards."""
     module, _, qual = target.partition(":")
     fn = importlib.import_module(module)
     for part in qual.split("."):
         fn = getattr(fn, part)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            out = fn(seed=seed, **config)
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), torch.random.fork_rng(devices=[]):
+        out = fn(seed=seed, **config)
     metrics = {}
     for k, v in dict(out).items():
         v = float(v)
