@@ -114,3 +114,23 @@ def test_the_extension_makes_a_picture_and_takes_the_phone_layout_out(tmp_path, 
     # run again (an incremental build): the page stays, and a rewritten page is rebuilt alike
     assert normcore_figures.rewrite_site(tmp_path) == 0
     assert page.read_text(encoding="utf-8") == html
+
+
+# What a chapter's figure cell leaves as its text output when it is not a responsive figure:
+# a bare matplotlib figure, an IPython SVG or Image, or HTML (an inline SVG).
+_BARE = ("<Figure size", "<IPython.core.display.SVG object>", "<IPython.core.display.Image object>",
+         "<IPython.core.display.HTML object>", "<matplotlib.figure.Figure")
+
+
+def test_every_chapter_figure_has_a_phone_layout():
+    """A figure drawn for the desktop column shows its text at half size on a phone: every
+    chapter figure is a responsive_figure (its stored text output says so)."""
+    bare = []
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("data", {}).get("text/plain", ""))
+                if text.startswith(_BARE):
+                    bare.append(f"{path.name} cell {cell.get('id')}: {text[:50]}")
+    assert not bare, ("figures without a phone layout (show them with "
+                      "normcore.images.responsive_figure):\n" + "\n".join(bare))

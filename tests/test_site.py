@@ -412,9 +412,10 @@ def _readability_problems(page, *, phone: bool) -> list[str]:
     return out
 
 
-# On a phone, text inside a widget's frames must be as large as the page's smallest text: at
-# least 10 px as displayed (a frame drawn for the desktop column is scaled down by half there;
-# static_widget(narrow=...) gives it a layout of its own). tools/frame_text.js measures it.
+# On a phone, text inside a widget's frames and the chapters' figures must be as large as the
+# page's smallest text: at least 10 px as displayed (a frame drawn for the desktop column is
+# scaled down by half there; static_widget(narrow=...) and normcore.images.responsive_figure
+# give it a layout of its own). tools/frame_text.js measures it.
 MIN_FRAME_TEXT_PX = 10
 _FRAME_TEXT_JS = (ROOT / "tools" / "frame_text.js").read_text(encoding="utf-8")
 
@@ -424,7 +425,8 @@ def _frame_text_problems(page) -> list[str]:
     page.evaluate("() => window.scrollTo(0, 0)")
     small = [f for f in page.evaluate(_FRAME_TEXT_JS)
              if f["px"] is None or f["px"] < MIN_FRAME_TEXT_PX - 0.05]
-    return [f"widget {f['widget']}: {f['kind']} frame text {f['px']} px (at least "
+    return [f"{'a figure' if f['widget'] == 'figure' else 'widget ' + str(f['widget'])}: {f['kind']} text "
+            f"{f['px']} px (at least "
             f"{MIN_FRAME_TEXT_PX}): {f['what']!r}" for f in small]
 
 
