@@ -161,6 +161,8 @@ PHONE_FIGURES = {
     "sigmoid": (lambda narrow: vb.sigmoid_figure(_Z, 3 * _Z + 2, narrow=narrow), (7.0, 2.4)),
     "graph": (lambda narrow: vb.graph_figure(narrow=narrow), (8.5, 2.65)),
     "spread": (lambda narrow: vb.spread_figure(*_spread_data(), narrow=narrow), (5.2, 2.8)),
+    "ema_weights": (lambda narrow: vr.ema_weights_figure((0.01, 0.1, 0.5), lags=60, narrow=narrow),
+                    (6.4, 2.6)),
 }
 
 
