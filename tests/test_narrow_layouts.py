@@ -14,8 +14,10 @@ import torch
 
 matplotlib.use("Agg")
 
+from normcore import stats  # noqa: E402
 from normcore.viz import batch as vb  # noqa: E402
 from normcore.viz import cube  # noqa: E402
+from normcore.viz import layer as vl  # noqa: E402
 from normcore.viz import running as vr  # noqa: E402
 from normcore.images import NARROW_WIDTH_PX, figure_to_png, responsive_figure  # noqa: E402
 from normcore.images import smallest_text_px as _smallest_text_px  # noqa: E402
@@ -155,7 +157,24 @@ def _spread_data():
     return sizes, mean_spread, var_spread
 
 
+@functools.lru_cache
+def _variance_errors():
+    offsets = [10 ** (k / 2) for k in range(11)]
+    noise = torch.randn(1024, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    errors = {"naive": [], "two-pass": [], "welford": []}
+    for off in offsets:
+        v = (off + noise).float()
+        exact = float(v.double().var(correction=0))
+        for name, fn in (("naive", stats.var_naive), ("two-pass", stats.var_two_pass),
+                         ("welford", stats.var_welford)):
+            errors[name].append(abs(float(fn(v, 0)) - exact) / exact)
+    return offsets, errors
+
+
 _Z = torch.randn(1000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+_GRAD_NORMS = {"Post-LN": [0.3 * 1.1 ** k for k in range(8)],
+               "Pre-LN": [0.38 * 0.9 ** k for k in range(8)],
+               "DeepNorm": [0.1] * 8, "DeepNorm (alpha on F)": [0.43] * 8}
 #: name -> (draw(narrow), the wide layout's size in inches, as it was before it had a phone layout)
 PHONE_FIGURES = {
     "sigmoid": (lambda narrow: vb.sigmoid_figure(_Z, 3 * _Z + 2, narrow=narrow), (7.0, 2.4)),
@@ -163,6 +182,9 @@ PHONE_FIGURES = {
     "spread": (lambda narrow: vb.spread_figure(*_spread_data(), narrow=narrow), (5.2, 2.8)),
     "ema_weights": (lambda narrow: vr.ema_weights_figure((0.01, 0.1, 0.5), lags=60, narrow=narrow),
                     (6.4, 2.6)),
+    "variance_error": (lambda narrow: vl.variance_error_figure(*_variance_errors(), narrow=narrow),
+                       (6.4, 3.2)),
+    "grad_norms": (lambda narrow: vl.grad_norms_figure(_GRAD_NORMS, narrow=narrow), (6.4, 3.2)),
 }
 
 
