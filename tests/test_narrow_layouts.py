@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 from normcore import stats  # noqa: E402
 from normcore.viz import batch as vb  # noqa: E402
 from normcore.viz import cube  # noqa: E402
+from normcore.viz import instance as vi  # noqa: E402
 from normcore.viz import layer as vl  # noqa: E402
 from normcore.viz import running as vr  # noqa: E402
 from normcore.images import NARROW_WIDTH_PX, figure_to_png, responsive_figure  # noqa: E402
@@ -171,6 +172,13 @@ def _variance_errors():
     return offsets, errors
 
 
+def _channel_stats():
+    """Content, style and output (the style's) per-channel means and stds."""
+    g = torch.Generator().manual_seed(3)
+    mu_c, s_c, mu_s, s_s = (torch.rand(8, generator=g) + shift for shift in (0, 0.5, 0, 0.5))
+    return mu_c, s_c, mu_s, s_s, mu_s, s_s
+
+
 _Z = torch.randn(1000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 _GRAD_NORMS = {"Post-LN": [0.3 * 1.1 ** k for k in range(8)],
                "Pre-LN": [0.38 * 0.9 ** k for k in range(8)],
@@ -185,6 +193,8 @@ PHONE_FIGURES = {
     "variance_error": (lambda narrow: vl.variance_error_figure(*_variance_errors(), narrow=narrow),
                        (6.4, 3.2)),
     "grad_norms": (lambda narrow: vl.grad_norms_figure(_GRAD_NORMS, narrow=narrow), (6.4, 3.2)),
+    "feature_stats": (lambda narrow: vi.feature_stats_figure(*_channel_stats(), narrow=narrow),
+                      (5.6, 2.9)),
 }
 
 
@@ -230,7 +240,7 @@ def test_the_graph_on_a_phone_keeps_every_node_and_arrow_top_to_bottom():
     assert "top to bottom" in note and note.count("\n") == 2
 
 
-@pytest.mark.parametrize("name", ["sigmoid"])
+@pytest.mark.parametrize("name", ["sigmoid", "feature_stats"])
 def test_panels_side_by_side_stand_one_above_the_other_on_a_phone(name):
     fig = PHONE_FIGURES[name][0](True)
     top, bottom = fig.axes
