@@ -1,9 +1,11 @@
-"""The phone layouts of the chapters' widgets (static_widget(narrow=...)): drawn for a column of
-about 320 px, their text is at least 10 px there. The site's test measures it in a browser at
-390 px; these check the drawings themselves, without a build."""
+"""The phone layouts of the chapters' widgets (static_widget(narrow=...)) and figures
+(responsive_figure(lambda narrow: ...)): drawn for a column of about 320 px, their text is at
+least 10 px there. The site's test measures it in a browser at 390 px; these check the drawings
+themselves, without a build."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import matplotlib
@@ -12,10 +14,13 @@ import torch
 
 matplotlib.use("Agg")
 
+from normcore import stats  # noqa: E402
 from normcore.viz import batch as vb  # noqa: E402
 from normcore.viz import cube  # noqa: E402
+from normcore.viz import instance as vi  # noqa: E402
+from normcore.viz import layer as vl  # noqa: E402
 from normcore.viz import running as vr  # noqa: E402
-from normcore.images import NARROW_WIDTH_PX, figure_to_png  # noqa: E402
+from normcore.images import NARROW_WIDTH_PX, figure_to_png, responsive_figure  # noqa: E402
 from normcore.images import smallest_text_px as _smallest_text_px  # noqa: E402
 
 DPI = 80  # static_widget's default: a font of p points is p * 80 / 72 px
@@ -96,3 +101,149 @@ def test_text_of_an_axes_that_is_off_does_not_count():
     plot.set_title("t", fontsize=14)
     figure_to_png(fig, dpi=DPI)
     assert _smallest_text_px(fig, DPI) == 12 * DPI / 72
+
+
+# --- the chapters' figures with a phone layout (responsive_figure(lambda narrow: ...)) -------
+
+def _drawn_texts(fig):
+    """The texts, not blank, that a render of ``fig`` at DPI draws (a tick label outside its
+    axis' view exists, but is not drawn)."""
+    from unittest import mock
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    drawn, draw = [], Text.draw
+
+    def record(self, renderer):
+        drawn.append(self)
+        return draw(self, renderer)
+
+    fig.set_dpi(DPI)
+    with mock.patch.object(Text, "draw", record):
+        FigureCanvasAgg(fig).draw()
+    return [t for t in drawn if t.get_visible() and t.get_text().strip()]
+
+
+def _check_phone_layout(fig):
+    """A phone layout: as wide as a phone's column, no text below 10 px, none of it past the
+    figure's edge, and every legend outside every axes (it hides no data)."""
+    texts = _drawn_texts(fig)
+    assert fig.get_figwidth() * DPI <= NARROW_WIDTH_PX
+    assert _smallest_text_px(fig, DPI) >= 10 - 1e-9
+    edge = fig.bbox
+    for t in texts:
+        box = t.get_window_extent()
+        inside = (box.x0 >= edge.x0 - 0.5 and box.y0 >= edge.y0 - 0.5
+                  and box.x1 <= edge.x1 + 0.5 and box.y1 <= edge.y1 + 0.5)
+        assert inside, f"{t.get_text()!r} at {box.extents} is cut off by the edge, {edge.extents}"
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    for legend in legends:
+        for ax in fig.axes:
+            if ax.axison:
+                assert not legend.get_window_extent().overlaps(ax.get_window_extent()), \
+                    "a legend over the data"
+    return texts
+
+
+@functools.lru_cache
+def _spread_data():
+    gen = torch.Generator().manual_seed(10)
+    sizes, mean_spread, var_spread = [2, 4, 8, 16, 32, 64, 128, 256], [], []
+    for n in sizes:
+        x = 3 + 2 * torch.randn(500, n, generator=gen, dtype=torch.float64)
+        var, mean = torch.var_mean(x, dim=1)
+        mean_spread.append(float(mean.std()))
+        var_spread.append(float(var.std()))
+    return sizes, mean_spread, var_spread
+
+
+@functools.lru_cache
+def _variance_errors():
+    offsets = [10 ** (k / 2) for k in range(11)]
+    noise = torch.randn(1024, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    errors = {"naive": [], "two-pass": [], "welford": []}
+    for off in offsets:
+        v = (off + noise).float()
+        exact = float(v.double().var(correction=0))
+        for name, fn in (("naive", stats.var_naive), ("two-pass", stats.var_two_pass),
+                         ("welford", stats.var_welford)):
+            errors[name].append(abs(float(fn(v, 0)) - exact) / exact)
+    return offsets, errors
+
+
+def _channel_stats():
+    """Content, style and output (the style's) per-channel means and stds."""
+    g = torch.Generator().manual_seed(3)
+    mu_c, s_c, mu_s, s_s = (torch.rand(8, generator=g) + shift for shift in (0, 0.5, 0, 0.5))
+    return mu_c, s_c, mu_s, s_s, mu_s, s_s
+
+
+_Z = torch.randn(1000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+_GRAD_NORMS = {"Post-LN": [0.3 * 1.1 ** k for k in range(8)],
+               "Pre-LN": [0.38 * 0.9 ** k for k in range(8)],
+               "DeepNorm": [0.1] * 8, "DeepNorm (alpha on F)": [0.43] * 8}
+#: name -> (draw(narrow), the wide layout's size in inches, as it was before it had a phone layout)
+PHONE_FIGURES = {
+    "sigmoid": (lambda narrow: vb.sigmoid_figure(_Z, 3 * _Z + 2, narrow=narrow), (7.0, 2.4)),
+    "graph": (lambda narrow: vb.graph_figure(narrow=narrow), (8.5, 2.65)),
+    "spread": (lambda narrow: vb.spread_figure(*_spread_data(), narrow=narrow), (5.2, 2.8)),
+    "ema_weights": (lambda narrow: vr.ema_weights_figure((0.01, 0.1, 0.5), lags=60, narrow=narrow),
+                    (6.4, 2.6)),
+    "variance_error": (lambda narrow: vl.variance_error_figure(*_variance_errors(), narrow=narrow),
+                       (6.4, 3.2)),
+    "grad_norms": (lambda narrow: vl.grad_norms_figure(_GRAD_NORMS, narrow=narrow), (6.4, 3.2)),
+    "feature_stats": (lambda narrow: vi.feature_stats_figure(*_channel_stats(), narrow=narrow),
+                      (5.6, 2.9)),
+}
+
+
+@pytest.mark.parametrize("name", PHONE_FIGURES)
+def test_a_chapter_figure_has_a_phone_layout(name):
+    draw, wide_size = PHONE_FIGURES[name]
+    wide, narrow = draw(False), draw(True)
+    assert wide.get_size_inches().tolist() == pytest.approx(wide_size)    # the column's: as it was
+    texts, wide_texts = _check_phone_layout(narrow), _drawn_texts(wide)
+    # the same words on a phone, tick labels aside (a title wrapped onto two lines is the same
+    # title; a shared x label stands once), but for the graph's "top to bottom"
+    ticks = {id(t) for f in (wide, narrow) for ax in f.axes for axis in (ax.xaxis, ax.yaxis)
+             for t in axis.get_ticklabels(which="both")}
+
+    def words(texts):
+        return {w.strip(".;") for t in texts if id(t) not in ticks for w in t.get_text().split()}
+
+    assert words(texts) ^ words(wide_texts) <= {"left", "right", "top", "bottom"}
+    out = responsive_figure(draw)
+    assert out.narrow_size[0] <= NARROW_WIDTH_PX and out.phone_text_px() >= 10
+
+
+def test_the_graph_on_a_phone_keeps_every_node_and_arrow_top_to_bottom():
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    wide, narrow = vb.graph_figure(), vb.graph_figure(narrow=True)
+    for fig in (wide, narrow):
+        _drawn_texts(fig)
+    patches = {f: f.axes[0].patches for f in (wide, narrow)}
+    boxes = {f: [p for p in patches[f] if isinstance(p, FancyBboxPatch)] for f in (wide, narrow)}
+    arrows = {f: [p for p in patches[f] if isinstance(p, FancyArrowPatch)] for f in (wide, narrow)}
+    assert len(boxes[narrow]) == len(boxes[wide]) == 8
+    assert len(arrows[narrow]) == len(arrows[wide]) == 10
+    labels = lambda f: sorted(t.get_text() for t in f.axes[0].texts[:-1])  # noqa: E731  (the note last)
+    assert labels(narrow) == labels(wide)
+    extents = [b.get_window_extent() for b in boxes[narrow]]
+    for i, a in enumerate(extents):                     # no box on another
+        assert not any(a.overlaps(b) for b in extents[i + 1:])
+    # the input on top, the loss at the bottom: forward is top to bottom
+    ys = [b.get_window_extent().y0 for b in boxes[narrow]]
+    assert ys[0] == max(ys) and ys[-1] == min(ys)
+    note = narrow.axes[0].texts[-1].get_text()
+    assert "top to bottom" in note and note.count("\n") == 2
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "feature_stats"])
+def test_panels_side_by_side_stand_one_above_the_other_on_a_phone(name):
+    fig = PHONE_FIGURES[name][0](True)
+    top, bottom = fig.axes
+    _drawn_texts(fig)
+    assert top.get_position().y0 > bottom.get_position().y1
+    assert top.get_xlabel() == "" and bottom.get_xlabel()       # the shared x label, once

@@ -6,6 +6,8 @@
 * :mod:`normcore.viz.batch`: the BatchNorm chapter's figures and batch-dependence frames;
 * :mod:`normcore.viz.running`: the running-statistics chapter's simulator frames;
 * :mod:`normcore.viz.ws`: the Weight Standardization chapter's widget frames (SVG).
+* :mod:`normcore.viz.phone`: the phone layout of the chapters' matplotlib figures (their
+  ``narrow=True``): its width, its smallest font, and the legend below the panels.
 
 Each picture module reads which elements share statistics from :mod:`normcore.axes`, or gets
 its numbers from :mod:`normcore.functional`; none of them restates the norms.  A module is

@@ -30,6 +30,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .. import functional as F
+from . import phone
 
 __all__ = [
     "POPULATION_MEAN", "POPULATION_STD", "SAMPLE_Z", "MAX_BATCH", "NUM_DRAWS",
@@ -192,65 +193,117 @@ def batch_dependence_figure(batch_size: int, draw: int, *, seed: int = 0,
 # ---------------------------------------------------------------------------------------
 # the computational graph of the forward pass
 # ---------------------------------------------------------------------------------------
-#: node -> (x, y, half-width, label); the forward pass of one channel, in the chapter's notation
-_NODES = {
-    "x": (0.0, 0.0, 0.38, r"$x_i$"),
-    "mu": (2.0, 0.8, 1.0, r"$\mu=\frac{1}{K}\sum_k x_k$"),
-    "var": (4.45, 1.6, 1.55, r"$\sigma^2=\frac{1}{K}\sum_k (x_k-\mu)^2$"),
-    "r": (7.75, 1.6, 1.2, r"$r=(\sigma^2+\epsilon)^{-1/2}$"),
-    "xhat": (7.75, 0.0, 1.1, r"$\hat x_i=(x_i-\mu)\,r$"),
-    "gb": (10.5, 1.6, 0.6, r"$\gamma,\ \beta$"),
-    "y": (10.5, 0.0, 1.05, r"$y_i=\gamma\hat x_i+\beta$"),
-    "L": (12.45, 0.0, 0.33, r"$\mathcal{L}$"),
+#: node -> label: the forward pass of one channel, in the chapter's notation
+_LABELS = {
+    "x": r"$x_i$",
+    "mu": r"$\mu=\frac{1}{K}\sum_k x_k$",
+    "var": r"$\sigma^2=\frac{1}{K}\sum_k (x_k-\mu)^2$",
+    "r": r"$r=(\sigma^2+\epsilon)^{-1/2}$",
+    "xhat": r"$\hat x_i=(x_i-\mu)\,r$",
+    "gb": r"$\gamma,\ \beta$",
+    "y": r"$y_i=\gamma\hat x_i+\beta$",
+    "L": r"$\mathcal{L}$",
 }
-_HALF_HEIGHT = 0.3
-#: (from, to, curvature)
+#: (from, to): an arrow "is computed from"
 _EDGES = [
-    ("x", "mu", 0.0), ("x", "var", -0.35), ("mu", "var", 0.0), ("var", "r", 0.0),
-    ("x", "xhat", 0.0), ("mu", "xhat", 0.0), ("r", "xhat", 0.0), ("xhat", "y", 0.0),
-    ("gb", "y", 0.0), ("y", "L", 0.0),
+    ("x", "mu"), ("x", "var"), ("mu", "var"), ("var", "r"),
+    ("x", "xhat"), ("mu", "xhat"), ("r", "xhat"), ("xhat", "y"),
+    ("gb", "y"), ("y", "L"),
 ]
 
 
-def _anchor(node: str, toward: str) -> tuple[float, float]:
+class _GraphLayout(NamedTuple):
+    """Where the graph's boxes stand: node -> (x, y, half-width) in data units, the boxes'
+    half-height, and the arrows that do not go straight from box to box:
+    (from, to) -> (the side it leaves by, the side it enters by, matplotlib connection style)."""
+
+    nodes: dict
+    half_height: float
+    bends: dict
+    fontsize: float
+    rounding: float
+
+
+#: left to right, 8.5 inches wide
+_WIDE = _GraphLayout(
+    {"x": (0.0, 0.0, 0.38), "mu": (2.0, 0.8, 1.0), "var": (4.45, 1.6, 1.55),
+     "r": (7.75, 1.6, 1.2), "xhat": (7.75, 0.0, 1.1), "gb": (10.5, 1.6, 0.6),
+     "y": (10.5, 0.0, 1.05), "L": (12.45, 0.0, 0.33)},
+    0.3, {("x", "var"): ("top", "left", "arc3,rad=-0.35")}, 11.5, 0.12)
+#: top to bottom, for a phone (in inches: 3.7 wide); the arrow x -> sigma^2 goes right,
+#: then down
+_ROW = 0.7
+_NARROW = _GraphLayout(
+    {"x": (0.3, 0.0, 0.2), "mu": (1.15, -_ROW, 0.46), "var": (2.75, -_ROW, 0.75),
+     "r": (2.75, -2 * _ROW, 0.66), "xhat": (0.8, -2 * _ROW, 0.6), "gb": (2.4, -3 * _ROW, 0.26),
+     "y": (0.8, -3 * _ROW, 0.54), "L": (0.8, -4 * _ROW, 0.2)},
+    0.2, {("x", "var"): ("right", "top", "angle,angleA=0,angleB=90,rad=8")}, 11.0, 0.08)
+
+
+def _side(layout: _GraphLayout, node: str, side: str) -> tuple[float, float]:
+    x, y, w = layout.nodes[node]
+    h = layout.half_height
+    return {"top": (x, y + h), "left": (x - w, y), "right": (x + w, y), "bottom": (x, y - h)}[side]
+
+
+def _anchor(layout: _GraphLayout, node: str, toward: str) -> tuple[float, float]:
     """Where the segment from ``node``'s centre toward ``toward``'s centre leaves its box."""
-    x0, y0, w, _ = _NODES[node]
-    x1, y1 = _NODES[toward][:2]
+    x0, y0, w = layout.nodes[node]
+    x1, y1 = layout.nodes[toward][:2]
     dx, dy = x1 - x0, y1 - y0
-    t = min(w / abs(dx) if dx else float("inf"), _HALF_HEIGHT / abs(dy) if dy else float("inf"))
+    t = min(w / abs(dx) if dx else float("inf"),
+            layout.half_height / abs(dy) if dy else float("inf"))
     return x0 + t * dx, y0 + t * dy
 
 
-def graph_figure(width: float = 8.5) -> Figure:
+def _draw_graph(ax, layout: _GraphLayout) -> None:
+    h = layout.half_height
+    for key, (x, y, w) in layout.nodes.items():
+        fc, ec = (("#fff4e0", "#c98a1b") if key == "gb" else
+                  ("#eeeeee", "#777777") if key == "L" else ("#e8f0fb", "#4a78b5"))
+        ax.add_patch(FancyBboxPatch((x - w, y - h), 2 * w, 2 * h, fc=fc, ec=ec, lw=1.0, zorder=2,
+                                    boxstyle=f"round,pad=0,rounding_size={layout.rounding}"))
+        ax.text(x, y, _LABELS[key], ha="center", va="center", fontsize=layout.fontsize, zorder=3)
+    for a, b in _EDGES:
+        if (a, b) in layout.bends:
+            leave, enter, style = layout.bends[a, b]
+            start, end = _side(layout, a, leave), _side(layout, b, enter)
+        else:
+            start, end, style = _anchor(layout, a, b), _anchor(layout, b, a), "arc3,rad=0.0"
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11,
+                                     color="#444444", lw=1.0, shrinkA=0, shrinkB=0,
+                                     connectionstyle=style, zorder=1))
+
+
+def graph_figure(width: float = 8.5, *, narrow: bool = False) -> Figure:
     r"""The forward graph of BatchNorm for one channel of :math:`K = |S_i|` values.
 
     Each node is one step of the forward pass; an arrow means "is computed from".  The
     backward pass visits the nodes from right to left; a node with several outgoing arrows
     (:math:`x_i`, :math:`\mu`) collects one gradient term per arrow.
+
+    ``narrow``: the phone layout (:mod:`normcore.viz.phone`), the same nodes and arrows top
+    to bottom, and the note under them on three lines.
     """
-    fig = Figure(figsize=(width, 2.65))
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(-0.5, 12.9)
-    ax.set_ylim(-0.8, 2.0)
+    terms = (r"a node with several outgoing arrows ($x_i$, $\mu$)", "adds up one term per arrow.")
+    if narrow:
+        fig = Figure(figsize=(phone.WIDTH, 4.0))
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.set_xlim(0, phone.WIDTH)
+        ax.set_ylim(-3.75, 0.25)
+        _draw_graph(ax, _NARROW)
+        ax.text(phone.WIDTH / 2, -3.1, "forward: top to bottom.   backward: bottom to top;\n"
+                + "\n".join(terms), ha="center", va="top", fontsize=10, color="#555555",
+                linespacing=1.3)
+    else:
+        fig = Figure(figsize=(width, 2.65))
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.set_xlim(-0.5, 12.9)
+        ax.set_ylim(-0.8, 2.0)
+        _draw_graph(ax, _WIDE)
+        ax.text(6.2, -0.62, "forward: left to right.   backward: right to left; " + " ".join(terms),
+                ha="center", va="center", fontsize=10, color="#555555")
     ax.axis("off")
-    for key, (x, y, w, label) in _NODES.items():
-        fc, ec = (("#fff4e0", "#c98a1b") if key == "gb" else
-                  ("#eeeeee", "#777777") if key == "L" else ("#e8f0fb", "#4a78b5"))
-        ax.add_patch(FancyBboxPatch((x - w, y - _HALF_HEIGHT), 2 * w, 2 * _HALF_HEIGHT,
-                                    boxstyle="round,pad=0,rounding_size=0.12", fc=fc, ec=ec,
-                                    lw=1.0, zorder=2))
-        ax.text(x, y, label, ha="center", va="center", fontsize=11.5, zorder=3)
-    for a, b, rad in _EDGES:
-        start, end = _anchor(a, b), _anchor(b, a)
-        if rad:  # a curved edge leaves and enters through the top / left of the boxes
-            start = (_NODES[a][0], _NODES[a][1] + _HALF_HEIGHT)
-            end = (_NODES[b][0] - _NODES[b][2], _NODES[b][1])
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11,
-                                     color="#444444", lw=1.0, shrinkA=0, shrinkB=0,
-                                     connectionstyle=f"arc3,rad={rad}", zorder=1))
-    ax.text(6.2, -0.62, r"forward: left to right.   backward: right to left; a node with "
-            r"several outgoing arrows ($x_i$, $\mu$) adds up one term per arrow.",
-            ha="center", va="center", fontsize=10, color="#555555")
     return fig
 
 
@@ -258,12 +311,20 @@ def graph_figure(width: float = 8.5) -> Figure:
 # sigmoid and the near-linear range
 # ---------------------------------------------------------------------------------------
 def sigmoid_figure(normalized: torch.Tensor, restored: torch.Tensor,
-                   width: float = 7.0) -> Figure:
+                   width: float = 7.0, *, narrow: bool = False) -> Figure:
     """Pre-activations on a sigmoid: ``normalized`` (mean 0, variance 1) land on its
     near-linear middle (shaded: :math:`|t| < 2`); ``restored`` (after a scale gamma and shift
-    beta) reach its bends."""
-    fig = Figure(figsize=(width, 2.4), layout="constrained")
-    axs = fig.subplots(1, 2, sharey=True)
+    beta) reach its bends.
+
+    ``narrow``: the phone layout (:mod:`normcore.viz.phone`), the panels one above the other
+    and the legend below them."""
+    if narrow:
+        fig = phone.figure(4.9)
+        axs = fig.subplots(2, 1, sharex=True)
+    else:
+        fig = Figure(figsize=(width, 2.4), layout="constrained")
+        axs = fig.subplots(1, 2, sharey=True)
+    font = phone.FONT if narrow else 8.5
     grid = torch.linspace(-8, 8, 400, dtype=torch.float64)
     for ax, z, title, color in ((axs[0], normalized, r"normalized: $\hat x$", _BN_COLOR),
                                 (axs[1], restored, r"after $\gamma\hat x+\beta$", _LN_COLOR)):
@@ -279,9 +340,14 @@ def sigmoid_figure(normalized: torch.Tensor, restored: torch.Tensor,
         ax.set_xlim(-8, 8)
         ax.set_ylim(-0.1, 1.1)
         ax.set_title(title, fontsize=10)
-        ax.tick_params(labelsize=8.5)
-        ax.set_xlabel("pre-activation", fontsize=9)
-    axs[0].legend(fontsize=8.5, loc="upper left", frameon=False)
+        ax.tick_params(labelsize=font)
+        if not narrow or ax is axs[1]:
+            ax.set_xlabel("pre-activation", fontsize=9)
+    if narrow:
+        axs[0].tick_params(labelbottom=True)
+        phone.legend_below(fig, axs[0], ncol=2)
+    else:
+        axs[0].legend(fontsize=font, loc="upper left", frameon=False)
     return fig
 
 
@@ -297,14 +363,17 @@ def _minor_label(v: float, _pos) -> str:
 
 
 def spread_figure(batch_sizes: Sequence[int], mean_spread: Sequence[float],
-                  var_spread: Sequence[float], width: float = 5.2) -> Figure:
+                  var_spread: Sequence[float], width: float = 5.2, *,
+                  narrow: bool = False) -> Figure:
     r"""Log-log plot of the spread (standard deviation over draws) of the batch mean and the
-    batch variance against the batch size :math:`N`, with the :math:`1/\sqrt{N}` reference line."""
+    batch variance against the batch size :math:`N`, with the :math:`1/\sqrt{N}` reference line.
+
+    ``narrow``: the phone layout (:mod:`normcore.viz.phone`), the legend below the axes."""
     if not len(batch_sizes) == len(mean_spread) == len(var_spread) >= 1:
         raise ValueError(
             f"batch_sizes, mean_spread and var_spread must have the same length (at least 1), "
             f"got {len(batch_sizes)}, {len(mean_spread)} and {len(var_spread)}")
-    fig = Figure(figsize=(width, 2.8), layout="constrained")
+    fig = phone.figure(3.3) if narrow else Figure(figsize=(width, 2.8), layout="constrained")
     ax = fig.add_subplot()
     b = torch.tensor([float(v) for v in batch_sizes], dtype=torch.float64)
     for vals, label, color, marker in ((mean_spread, r"batch mean $\mu$", _BN_COLOR, "o"),
@@ -321,6 +390,10 @@ def spread_figure(batch_sizes: Sequence[int], mean_spread: Sequence[float],
     ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
     ax.set_xlabel("batch size $N$", fontsize=9)
     ax.set_ylabel("spread over batches", fontsize=9)
-    ax.tick_params(which="both", labelsize=8.5)
-    ax.legend(fontsize=8.5, frameon=False)
+    if narrow:
+        ax.tick_params(which="both", labelsize=phone.FONT)
+        phone.legend_below(fig, ax, ncol=2)
+    else:
+        ax.tick_params(which="both", labelsize=8.5)
+        ax.legend(fontsize=8.5, frameon=False)
     return fig

@@ -26,6 +26,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import functional as F
+from . import phone
 
 __all__ = ["PHOTO_NAMES", "PHOTO_LABELS", "NORMS", "NORM_TITLES", "FRAME_WIDTH", "photos", "adjust",
            "normalized", "to_display", "contrast_figure", "adain_figure",
@@ -174,23 +175,37 @@ def adain_figure(content: str, style: str, alpha: float, height: int = 72) -> Fi
     return fig
 
 
-def feature_stats_figure(mu_c, s_c, mu_s, s_s, mu_o, s_o) -> Figure:
+def feature_stats_figure(mu_c, s_c, mu_s, s_s, mu_o, s_o, *, narrow: bool = False) -> Figure:
     """Per-channel (mean, std) of content, style and AdaIN output features: the output's
-    points land on the style's."""
-    fig = Figure(figsize=(5.6, 2.9))
-    fig.subplots_adjust(left=0.12, right=0.98, top=0.9, bottom=0.3, wspace=0.3)
-    axs = fig.subplots(1, 2)
+    points land on the style's.
+
+    ``narrow``: the phone layout (:mod:`normcore.viz.phone`), the std panel under the mean
+    panel."""
+    if narrow:
+        fig = phone.figure(4.6)
+        axs = fig.subplots(2, 1, sharex=True)
+        font = 10.0
+    else:
+        fig = Figure(figsize=(5.6, 2.9))
+        fig.subplots_adjust(left=0.12, right=0.98, top=0.9, bottom=0.3, wspace=0.3)
+        axs = fig.subplots(1, 2)
+        font = _FONT
     k = torch.arange(len(mu_c)).numpy()
     for ax, (c, s, o), name in ((axs[0], (mu_c, mu_s, mu_o), "channel mean"),
                                 (axs[1], (s_c, s_s, s_o), "channel std")):
         ax.plot(k, c.numpy(), "o", ms=5, color="#9a9a9a", label="content")
         ax.plot(k, s.numpy(), "s", ms=8, mfc="none", color="#1f77b4", label="style")
         ax.plot(k, o.numpy(), "x", ms=6, color="#d62728", label="AdaIN output")
-        ax.set_title(name, fontsize=_FONT)
-        ax.set_xlabel("feature channel c", fontsize=_FONT)
-        ax.tick_params(labelsize=_FONT - 1)
+        ax.set_title(name, fontsize=font)
+        if not narrow or ax is axs[1]:
+            ax.set_xlabel("feature channel c", fontsize=font)
+        ax.tick_params(labelsize=font - 1)
         ax.grid(True, lw=0.4, alpha=0.5)
     # below the panels, where it can hide no point
+    if narrow:
+        axs[0].tick_params(labelbottom=True)
+        phone.legend_below(fig, axs[0], ncol=3, fontsize=font - 1)
+        return fig
     handles, labels = axs[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=_FONT - 1,
                frameon=False)

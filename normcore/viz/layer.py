@@ -27,6 +27,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .. import axes, stats
+from . import phone
 
 __all__ = ["set_svg", "set_statistics", "numerics", "numerics_svg", "METHODS",
            "variance_error_figure", "grad_norms_figure", "COLORS"]
@@ -291,15 +292,46 @@ def numerics_svg(offset: float, dtype: torch.dtype = torch.float32,
                 {"method": method, "dtype": _dtype_name(dtype), "offset": f"{offset:g}"})
 
 
+def _figure(figsize: tuple[float, float] | None, narrow: bool,
+            subplots_adjust: dict) -> tuple[Figure, object]:
+    """A figure of one axes: ``figsize`` (default 6.4 x 3.2) with the room of
+    ``subplots_adjust`` for the legend at the right, or the phone layout."""
+    if narrow:
+        fig = Figure(figsize=figsize or (phone.WIDTH, 3.6), layout="constrained")
+        return fig, fig.subplots()
+    fig = Figure(figsize=figsize or (6.4, 3.2))
+    ax = fig.subplots()
+    fig.subplots_adjust(**subplots_adjust)  # legend: right
+    return fig, ax
+
+
+def _label(fig: Figure, ax, xlabel: str, ylabel: str, title: tuple[str, str], *,
+           narrow: bool, ncol: int) -> None:
+    """Axis labels, the title (``title`` is its two lines on a phone) and the legend, beside
+    the axes or, on a phone, below them: outside the axes, so that it hides no data."""
+    big, small = (9.5, phone.FONT) if narrow else (11, 10)
+    ax.set_xlabel(xlabel, fontsize=big)
+    ax.set_ylabel(ylabel, fontsize=big)
+    ax.set_title(("\n" if narrow else " ").join(title), fontsize=10.5 if narrow else 12)
+    ax.tick_params(labelsize=small)
+    ax.grid(True, alpha=0.3)
+    if narrow:
+        phone.legend_below(fig, ax, ncol=ncol)
+    else:
+        ax.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+
+
 def variance_error_figure(offsets: Sequence[float], errors: Mapping[str, Sequence[float]],
                           *, dtype_name: str = "float32",
-                          figsize: tuple[float, float] = (6.4, 3.2)) -> Figure:
+                          figsize: tuple[float, float] | None = None,
+                          narrow: bool = False) -> Figure:
     """Relative error of the variance (log scale) against the mean offset, one line per
     method.  Errors that are NaN or inf, or 1 and above (no digit right), are drawn on the
-    top edge at 1 with a cross."""
-    fig = Figure(figsize=figsize)
-    ax = fig.subplots()
-    fig.subplots_adjust(left=0.13, right=0.76, top=0.88, bottom=0.17)  # legend: right
+    top edge at 1 with a cross.
+
+    ``figsize`` defaults to (6.4, 3.2), or (3.7, 3.6) when ``narrow``: the phone layout
+    (:mod:`normcore.viz.phone`), the title on two lines and the legend below the axes."""
+    fig, ax = _figure(figsize, narrow, dict(left=0.13, right=0.76, top=0.88, bottom=0.17))
     floor = 1e-9
     for name, errs in errors.items():
         ys = [min(1.0, e) if math.isfinite(e) else 1.0 for e in errs]
@@ -311,32 +343,26 @@ def variance_error_figure(offsets: Sequence[float], errors: Mapping[str, Sequenc
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(floor * 0.5, 3.0)
-    ax.set_xlabel("mean offset (spread 1)", fontsize=11)
-    ax.set_ylabel("relative error of variance", fontsize=11)
-    ax.set_title(f"Variance of 4096 values in {dtype_name}, three ways", fontsize=12)
-    ax.tick_params(labelsize=10)
-    ax.grid(True, which="major", alpha=0.3)
-    # outside the axes, so that it hides no data
-    ax.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    _label(fig, ax, "mean offset (spread 1)", "relative error of variance",
+           (f"Variance of 4096 values in {dtype_name},", "three ways"), narrow=narrow,
+           ncol=len(errors))
     return fig
 
 
 def grad_norms_figure(norms: Mapping[str, Sequence[float]], *,
-                      figsize: tuple[float, float] = (6.4, 3.2)) -> Figure:
+                      figsize: tuple[float, float] | None = None,
+                      narrow: bool = False) -> Figure:
     """Gradient norm of each layer's parameters (log scale) against the layer index, one
-    line per model."""
-    fig = Figure(figsize=figsize)
-    ax = fig.subplots()
-    fig.subplots_adjust(left=0.16, right=0.62, top=0.88, bottom=0.17)  # legend: right
+    line per model.
+
+    ``figsize`` defaults to (6.4, 3.2), or (3.7, 3.6) when ``narrow``: the phone layout
+    (:mod:`normcore.viz.phone`), the title on two lines and the legend below the axes."""
+    fig, ax = _figure(figsize, narrow, dict(left=0.16, right=0.62, top=0.88, bottom=0.17))
     for name, vals in norms.items():
         ax.plot(range(1, len(vals) + 1), vals, "-o", ms=4, lw=1.6, color=COLORS.get(name),
                 label=LABELS.get(name, name))
     ax.set_yscale("log")
-    ax.set_xlabel(r"layer $l$", fontsize=11)
-    ax.set_ylabel("gradient norm", fontsize=11)
-    ax.set_title(r"Gradient norm of $\mathcal{F}$ per layer at initialization", fontsize=12)
-    ax.tick_params(labelsize=10)
-    ax.grid(True, alpha=0.3)
-    # outside the axes, so that it hides no data
-    ax.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    _label(fig, ax, r"layer $l$", "gradient norm",
+           (r"Gradient norm of $\mathcal{F}$ per layer", "at initialization"), narrow=narrow,
+           ncol=2)
     return fig

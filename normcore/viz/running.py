@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from .. import stats
 from ..experiments.running import RunningSimulation
 from ..widgets import figure_to_png
+from . import phone
 
 __all__ = ["simulation_figure", "simulation_png", "ema_weights_figure", "title", "COLORS"]
 
@@ -164,22 +165,28 @@ def simulation_png(sim: RunningSimulation, *, dpi: int = 80, colors: int | None 
 
 
 def ema_weights_figure(momenta: Sequence[float] = (0.01, 0.1, 0.5), lags: int = 60, *,
-                       figsize: tuple[float, float] = (6.4, 2.6)) -> Figure:
+                       figsize: tuple[float, float] | None = None, narrow: bool = False) -> Figure:
     r"""The weight :math:`\alpha(1-\alpha)^j` of the batch :math:`j` steps back, one curve per
     momentum :math:`\alpha`.
 
     The weights are read off :func:`normcore.stats.ema_update_` itself: feed a running value
     of 0 a single 1 followed by zeros, and the running value after :math:`j` more steps is
     the weight that the update gives a value :math:`j` steps old.
+
+    ``figsize`` defaults to (6.4, 2.6), or (3.7, 3.3) when ``narrow``: the phone layout
+    (:mod:`normcore.viz.phone`), the legend below the axes.
     """
     if isinstance(lags, bool) or not isinstance(lags, numbers.Integral) or lags < 1:
         raise ValueError(f"ema_weights_figure: lags must be a positive int, got {lags!r}")
     momenta = list(momenta)
     if not momenta:
         raise ValueError("ema_weights_figure: give at least one momentum")
-    fig = Figure(figsize=figsize)
+    if figsize is None:
+        figsize = (phone.WIDTH, 3.3) if narrow else (6.4, 2.6)
+    fig = Figure(figsize=figsize, layout="constrained" if narrow else None)
     ax = fig.subplots()
-    fig.subplots_adjust(left=0.14, right=0.98, top=0.95, bottom=0.2)
+    if not narrow:
+        fig.subplots_adjust(left=0.14, right=0.98, top=0.95, bottom=0.2)
     for m in momenta:
         stats.check_momentum(m)
         if m is None:
@@ -195,7 +202,10 @@ def ema_weights_figure(momenta: Sequence[float] = (0.01, 0.1, 0.5), lags: int = 
     ax.set_ylim(1e-4, 1)
     ax.set_xlabel("age of the batch statistic (steps back)", fontsize=9)
     ax.set_ylabel("weight in the\nrunning value", fontsize=9)
-    ax.tick_params(labelsize=8)
+    ax.tick_params(labelsize=phone.FONT if narrow else 8)
     ax.grid(True, lw=0.4, alpha=0.5)
-    ax.legend(fontsize=8, frameon=False)
+    if narrow:
+        phone.legend_below(fig, ax, ncol=2)
+    else:
+        ax.legend(fontsize=8, frameon=False)
     return fig
