@@ -57,12 +57,14 @@ def test_no_symbol_has_two_meanings():
 def test_decided_symbols_are_in_the_table():
     keys = set(notation.defined(DATA))
     for key in ["\\mathcal{L}", "L", "T", "M", "l", "\\mathcal{F}", "\\alpha_{DN}",
-                "\\beta_{DN}", "j", "\\mu", "\\sigma", "\\rho", "\\delta", "K", "G", "F", "W",
-                "\\mathbf{W}", "\\hat{\\mathbf{W}}", "\\mathbf{W}'", "a"]:
+                "\\beta_{DN}", "j", "\\mu", "\\sigma", "\\delta", "K", "G", "F", "W", "\\mathbf{W}",
+                "\\hat{\\mathbf{W}}", "\\mathbf{W}'", "a"]:
         assert key in keys, key
-    # weights are bold: the plain W is only the width
-    for key in ["\\hat{W}", "W'"]:
+    # weights are bold: the plain W is only the width, and no per-channel gain has a letter
+    # of its own (it is a_c); \rho is chapter 1's correlation only
+    for key in ["\\hat{W}", "W'", "\\rho"]:
         assert key not in keys, key
+    assert "\\rho" in notation.local(DATA)["01_why_normalize"]
     rows = {row["tex"]: row for s in DATA["sections"] for row in s["rows"]}
     assert "04_layer_norm" in rows["$T$"]["first"]
 
