@@ -58,11 +58,11 @@ def test_decided_symbols_are_in_the_table():
     keys = set(notation.defined(DATA))
     for key in ["\\mathcal{L}", "L", "T", "M", "l", "\\mathcal{F}", "\\alpha_{DN}",
                 "\\beta_{DN}", "j", "\\mu", "\\sigma", "\\delta", "K", "G", "F", "W", "\\mathbf{W}",
-                "\\hat{\\mathbf{W}}", "\\mathbf{W}'", "a"]:
+                "\\hat{\\mathbf{W}}", "\\mathbf{W}'", "a", "K_A", "K_B"]:
         assert key in keys, key
     # weights are bold: the plain W is only the width, and no per-channel gain has a letter
     # of its own (it is a_c); \rho is chapter 1's correlation only
-    for key in ["\\hat{W}", "W'", "\\rho"]:
+    for key in ["\\hat{W}", "W'", "\\rho", "K_a", "K_b"]:
         assert key not in keys, key
     assert "\\rho" in notation.local(DATA)["01_why_normalize"]
     rows = {row["tex"]: row for s in DATA["sections"] for row in s["rows"]}
@@ -95,7 +95,7 @@ def syms(tex: str) -> list[str]:
     (r"C_\text{out}", ["C_{out}"]),
     (r"\mathrm{E}[x] + E[x] + \operatorname{Var}(x)", ["x", "x", "x"]),
     (r"\sum_{k \in S_i} x_k", ["k", "S", "i", "x", "k"]),
-    (r"K_a \mu_a + M_2 + t^\ast + W'", ["K_a", r"\mu_a", "M_2", "t^*", "W'"]),
+    (r"K_A \mu_A + M_2 + t^\ast + W'", ["K_A", r"\mu_A", "M_2", "t^*", "W'"]),
     (r"\frac{\partial \mathcal{L}}{\partial \hat{\mathbf{W}}_{c,j}}",
      [r"\mathcal{L}", r"\hat{\mathbf{W}}", "c", "j"]),
     (r"\mathbf{W}'_c = \tilde\gamma_c \mathbf W_c, \hat{\mathbf W}' + \mathbf{w}^\ast",
