@@ -397,9 +397,6 @@ def render(data: dict) -> str:
     for chapter, entry in sorted((data.get("local") or {}).items()):
         items = "; ".join(f"{row['tex']} {row['meaning'].strip()}" for row in entry["symbols"])
         parts.append(f"- {entry['where']}: {items}.")
-    if data.get("collisions"):
-        parts += ["", "Letters that still have two meanings, to be removed:", ""]
-        parts += [f"- {c['why']}." for c in data["collisions"]]
     parts += ["", data["footer"].strip(), ""]
     return "\n".join(parts)
 
