@@ -8,13 +8,14 @@ symbols a chapter's math uses.
 A *symbol* is a single Latin letter, a Greek letter command, `\\ell`, or a `\\mathcal`,
 `\\mathbb`, `\\mathbf` letter, together with its decorations (`\\hat`, `\\tilde`, `\\bar`,
 `\\overline`, a prime, a superscript `\\ast`) and a `\\text`/`\\mathrm` subscript: `\\mu_{pop}`
-is not `\\mu`. Index subscripts (`x_i`, `W_c`, `x_{l+1}`) are symbols in their own right,
-unless the table defines the compound (`K_a`, `k_h`). Operators and function names
+is not `\\mu`. Index subscripts (`x_i`, `\\mathbf{W}_c`, `x_{l+1}`) are symbols in their own
+right, unless the table defines the compound (`K_A`, `k_h`). Operators and function names
 (`\\mathrm{E}`, `\\sqrt`, `\\sum`, `\\log`, `\\mathrm{LN}`, ...) are not symbols; the ones
 written with `\\mathrm`/`\\operatorname` or as plain letters must be in the data's
 `operators` list. `\\text{...}` outside a subscript is prose and is skipped.
 
-Keys are written as `\\hat{x}`, `\\mu_{pop}`, `W'`, `t^*`, `\\mathcal{L}`, `K_a`.
+Keys are written as `\\hat{x}`, `\\mu_{pop}`, `W'`, `t^*`, `\\mathcal{L}`, `\\mathbf{W}`,
+`\\hat{\\mathbf{W}}'` (a decoration and a prime on a bold letter), `K_A`.
 """
 
 from __future__ import annotations
@@ -396,9 +397,6 @@ def render(data: dict) -> str:
     for chapter, entry in sorted((data.get("local") or {}).items()):
         items = "; ".join(f"{row['tex']} {row['meaning'].strip()}" for row in entry["symbols"])
         parts.append(f"- {entry['where']}: {items}.")
-    if data.get("collisions"):
-        parts += ["", "Letters that still have two meanings, to be removed:", ""]
-        parts += [f"- {c['why']}." for c in data["collisions"]]
     parts += ["", data["footer"].strip(), ""]
     return "\n".join(parts)
 

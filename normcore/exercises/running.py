@@ -287,7 +287,7 @@ add(Misconception(
     "You averaged the two means as `(mean_a + mean_b) / 2`.",
     "The two parts hold count_a and count_b values; the mean of their union weights each "
     "part's mean by its count: `mean_a + delta * count_b / count` with "
-    "`delta = mean_b - mean_a` and `count = count_a + count_b` (K = K_a + K_b in the "
+    "`delta = mean_b - mean_a` and `count = count_a + count_b` (K = K_A + K_B in the "
     "chapter). The plain average is right only when the counts are equal.",
     "`mean = mean_a + (mean_b - mean_a) * count_b / (count_a + count_b)`."))
 add(Misconception(

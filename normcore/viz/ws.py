@@ -3,7 +3,7 @@ r"""Pictures for the Weight Standardization chapter.
 * :func:`filter_weights`: the seeded depthwise ``3 x 3`` filters the widget shows (4 output
   channels, fan-in :math:`F = 9`: small enough that the conventions differ visibly);
 * :func:`standardize_svg`: each output channel's weights as a row of dots, raw
-  (:math:`aW + \delta`) on top and standardized below, with every row's mean and standard
+  (:math:`a\mathbf{W} + \delta`) on top and standardized below, with every row's mean and standard
   deviation written beside it, as a hand-written SVG.  The frames of the chapter's
   static-first widget: the top panel moves with the scale :math:`a` and the shift :math:`\delta`,
   the bottom panel does not; the convention changes the bottom panel's spread.
