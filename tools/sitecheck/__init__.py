@@ -14,6 +14,8 @@ and recorded as external.
     inspect   what a page shows: math, images, widgets, overflow, alt text, contrast
     exercise  every control of every widget moved, each move changing the frame
     weight    a page's own weight on disk
+
+The JavaScript they run in the page is in js/, one function a file, read by _js.load().
 """
 
 from .browser import (CHROMIUM, CHROMIUM_ARGS, PHONE, VIEWPORT, LocalServer, PageReport, launch,
@@ -22,19 +24,18 @@ from .exercise import controls, exercise_widgets, move_control, signature
 from .inspect import (inspect_alt_text, inspect_aspect, inspect_contrast, inspect_downloads,
                       inspect_favicon, inspect_images, inspect_math, inspect_overflow,
                       inspect_widgets, visible_text_matches)
-from .loading import (IS_RENDERED_JS, VIEWS_JS, WIDGET_STATE, WIDGET_VIEW, first_widget_response,
-                      load_ms, loaded_bytes, loaded_files, scroll_through, settle,
-                      wait_for_widgets)
+from .loading import (WIDGET_STATE, WIDGET_VIEW, first_widget_response, load_ms, loaded_bytes,
+                      loaded_files, ready_ms, scroll_through, settle, wait_for_widgets)
 from .pages import toc_pages
 from .weight import PAGE_BUDGET, PageWeight, dir_size, page_weight, sha256
 
 __all__ = [
-    "CHROMIUM", "CHROMIUM_ARGS", "IS_RENDERED_JS", "PAGE_BUDGET", "PHONE", "VIEWPORT",
-    "VIEWS_JS", "WIDGET_STATE", "WIDGET_VIEW", "LocalServer", "PageReport", "PageWeight",
-    "controls", "dir_size", "exercise_widgets", "first_widget_response", "inspect_alt_text",
-    "inspect_aspect", "inspect_contrast", "inspect_downloads", "inspect_favicon",
-    "inspect_images", "inspect_math", "inspect_overflow", "inspect_widgets", "launch",
-    "load_ms", "loaded_bytes", "loaded_files", "move_control", "open_cold", "open_in_mode",
-    "open_page", "page_weight", "scroll_through", "settle", "sha256", "signature", "toc_pages",
+    "CHROMIUM", "CHROMIUM_ARGS", "PAGE_BUDGET", "PHONE", "VIEWPORT", "WIDGET_STATE",
+    "WIDGET_VIEW", "LocalServer", "PageReport", "PageWeight", "controls", "dir_size",
+    "exercise_widgets", "first_widget_response", "inspect_alt_text", "inspect_aspect",
+    "inspect_contrast", "inspect_downloads", "inspect_favicon", "inspect_images",
+    "inspect_math", "inspect_overflow", "inspect_widgets", "launch", "load_ms", "loaded_bytes",
+    "loaded_files", "move_control", "open_cold", "open_in_mode", "open_page", "page_weight",
+    "ready_ms", "scroll_through", "settle", "sha256", "signature", "toc_pages",
     "visible_text_matches", "wait_for_widgets",
 ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from . import _js
 from .inspect import (inspect_downloads, inspect_favicon, inspect_images, inspect_math,
                       inspect_widgets)
 from .loading import load_ms, wait_for_widgets
@@ -71,6 +72,7 @@ def launch(playwright):
         raise FileNotFoundError(f"{CHROMIUM} is missing (Debian package `chromium`)")
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
 
+
 # --- one page ----------------------------------------------------------------------------------
 
 
@@ -92,14 +94,6 @@ class PageReport:
     problems: list[str] = field(default_factory=list)  # widget moves that did not change the frame
 
 
-def _mode_script(mode: str) -> str:
-    # the theme's own switch persists the reader's choice in localStorage "mode" (and "theme"),
-    # which pydata-sphinx-theme reads as the page loads
-    return (f"try {{ localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}'); }}"
-            " catch (e) {}")
-
-
-
 def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, mode: str | None = None):
     """Open `rel` in a fresh context (in the theme's colour `mode`, "light" or "dark", if
     given); return (context, page, report) once the widgets have had their chance to
@@ -107,7 +101,7 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, m
     report = PageReport(rel)
     context = browser.new_context(viewport=VIEWPORT, service_workers="block")
     if mode is not None:
-        context.add_init_script(_mode_script(mode))
+        context.add_init_script(_js.init_script("colour_mode", mode))
     page = context.new_page()
     local = urlsplit(server.origin).netloc
 
@@ -154,7 +148,7 @@ def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | Non
     theme's own switch does: localStorage "mode"/"theme" before the page loads)."""
     context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
     mode = "dark" if dark else "light"
-    context.add_init_script(_mode_script(mode))
+    context.add_init_script(_js.init_script("colour_mode", mode))
     local = urlsplit(server.origin).netloc
     context.route("**/*", lambda r: r.continue_() if urlsplit(r.request.url).netloc in (local, "")
                   or urlsplit(r.request.url).scheme in ("data", "blob", "about") else r.abort("blockedbyclient"))
@@ -170,7 +164,7 @@ def open_cold(browser, server: LocalServer, rel: str, *, viewport: dict | None =
     """`rel` in a fresh context (cold cache), every resource timed (no 250-entry cap); returns
     (context, page) once the load event has fired. The caller closes the context."""
     context = browser.new_context(viewport=viewport or VIEWPORT, service_workers="block")
-    context.add_init_script("performance.setResourceTimingBufferSize(100000);")
+    context.add_init_script(_js.init_script("time_every_resource"))
     page = context.new_page()
     page.goto(server.url(rel), wait_until="load", timeout=60_000)
     return context, page

@@ -8,55 +8,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import _js
+
 if TYPE_CHECKING:
     from .browser import PageReport
-
-
-_SIGNATURE_JS = """async (root) => {
-    const visible = e => !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length);
-    const parts = [];
-    for (const e of root.querySelectorAll('.widget-html-content')) {
-        if (visible(e)) parts.push('html:' + e.innerHTML);
-    }
-    for (const img of root.querySelectorAll('img')) {
-        if (!visible(img)) continue;
-        try {
-            const buf = await (await fetch(img.src)).arrayBuffer();
-            const d = await crypto.subtle.digest('SHA-256', buf);
-            parts.push('img:' + Array.from(new Uint8Array(d)).map(b => b.toString(16).padStart(2, '0')).join(''));
-        } catch (err) { parts.push('img-unreadable:' + img.src); }
-    }
-    return parts.join('\\n');
-}"""
-
-_CONTROLS_JS = """(root) => {
-    const found = Array.from(root.querySelectorAll('select, .widget-toggle-buttons, .noUi-handle'));
-    return found.map((el, i) => {
-        el.setAttribute('data-nc-ctl', String(i));
-        if (el.tagName === 'SELECT')
-            return {kind: 'select', n: el.options.length, index: el.selectedIndex};
-        if (el.classList.contains('widget-toggle-buttons')) {
-            const b = Array.from(el.querySelectorAll('button'));
-            return {kind: 'toggle', n: b.length, index: b.findIndex(x => x.classList.contains('mod-active'))};
-        }
-        const max = Math.round(parseFloat(el.getAttribute('aria-valuemax')));
-        const min = Math.round(parseFloat(el.getAttribute('aria-valuemin')));
-        const now = Math.round(parseFloat(el.getAttribute('aria-valuenow')));
-        return {kind: 'slider', n: max - min + 1, index: now - min};
-    });
-}"""
 
 
 def signature(root) -> str:
     """What a widget (the locator `root`) shows: the HTML of its visible frames and a hash of
     each visible image's bytes, one line each."""
-    return root.evaluate(_SIGNATURE_JS)
+    return root.evaluate(_js.load("signature"))
 
 
 def controls(root) -> list[dict]:
     """The widget's controls (selects, toggle buttons, slider handles), each marked with
     data-nc-ctl="<its index>": [{"kind", "n" (values), "index" (the current one)}, ...]."""
-    return root.evaluate(_CONTROLS_JS)
+    return root.evaluate(_js.load("controls"))
 
 
 def _frames_shot(root) -> bytes | None:
