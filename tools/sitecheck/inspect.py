@@ -1,7 +1,8 @@
 """What a page shows, inspected: its math, images (loaded, at their aspect ratio, with alt
 text), favicon, download links, widgets, what sticks out of the column, the contrast of its
-text, and the lines of its visible text that match a pattern. Each function reports what it
-saw and asserts nothing; the JavaScript that looks is in js/<name>.js.
+text, the size of the text in widgets' frames, and the lines of its visible text that match a
+pattern. Each function reports what it saw and asserts nothing; the JavaScript that looks is
+in js/<name>.js.
 """
 
 from __future__ import annotations
@@ -58,3 +59,10 @@ def visible_text_matches(page, pattern: str) -> list[str]:
 
 def inspect_contrast(page, selector: str) -> list[dict]:
     return page.evaluate(_js.load("contrast"), selector)
+
+
+def inspect_frame_text(page) -> list[dict]:
+    """How large the text inside each widget's shown frame is on this screen, in CSS px:
+    [{"widget", "kind" ("svg" or "img"), "px" (None: not measurable), "what"}, ...], one per
+    frame layout on screen (see js/frame_text.js)."""
+    return page.evaluate(_js.load("frame_text"))
