@@ -140,8 +140,6 @@ def open_page(browser, server: LocalServer, rel: str, *, settle_ms: int = 300, m
     return context, page, report
 
 
-
-
 def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | None = None,
                  dark: bool = False, settle_ms: int = 300):
     """Open `rel` like open_page, at `viewport`, in the theme's light or dark mode (set as the
@@ -157,7 +155,6 @@ def open_in_mode(browser, server: LocalServer, rel: str, *, viewport: dict | Non
     wait_for_widgets(page)
     page.wait_for_timeout(settle_ms)
     return context, page
-
 
 
 def open_cold(browser, server: LocalServer, rel: str, *, viewport: dict | None = None):
