@@ -56,24 +56,6 @@ def clean_build() -> float:
     return time.perf_counter() - t0
 
 
-# milliseconds from navigation start until math is typeset and every widget view is rendered
-_READY_JS = f"""async () => {{
-    const t0 = Date.now();
-    while (Date.now() - t0 < 30000) {{
-        // every formula typeset (at build time: no MathJax runs on the page)
-        const mathOk = Array.from(document.querySelectorAll('.math'))
-            .every(e => e.querySelector('mjx-container'));
-        // widgets in the first screen (the rest render when scrolled to: normcore-widgets.js)
-        const widgetsOk = {sitecheck.VIEWS_JS}
-            .filter(s => s.parentElement.getBoundingClientRect().top < window.innerHeight)
-            .every({sitecheck.IS_RENDERED_JS});
-        if (mathOk && widgetsOk) return performance.now();
-        await new Promise(r => setTimeout(r, 20));
-    }}
-    return NaN;
-}}"""
-
-
 def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
     from playwright.sync_api import sync_playwright
 
@@ -86,7 +68,7 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                 first, scrolled, w_render, w_respond = [], [], [], []
                 for _ in range(runs):
                     context, page = sitecheck.open_cold(browser, server, rel)
-                    ready.append(page.evaluate(_READY_JS))
+                    ready.append(sitecheck.ready_ms(page))
                     times.append(sitecheck.load_ms(page))
                     files = sitecheck.loaded_files(page)
                     loaded, nreq = sum(f["bytes"] for f in files), len(files)

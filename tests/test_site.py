@@ -415,15 +415,15 @@ def _readability_problems(page, *, phone: bool) -> list[str]:
 # On a phone, text inside a widget's frames and the chapters' figures must be as large as the
 # page's smallest text: at least 10 px as displayed (a frame drawn for the desktop column is
 # scaled down by half there; static_widget(narrow=...) and normcore.images.responsive_figure
-# give it a layout of its own). tools/frame_text.js measures it.
+# give it a layout of its own). sitecheck.inspect_frame_text (tools/sitecheck/js/frame_text.js)
+# measures it.
 MIN_FRAME_TEXT_PX = 10
-_FRAME_TEXT_JS = (ROOT / "tools" / "frame_text.js").read_text(encoding="utf-8")
 
 
 def _frame_text_problems(page) -> list[str]:
     sitecheck.scroll_through(page)          # every widget rendered, its shown frames loaded
     page.evaluate("() => window.scrollTo(0, 0)")
-    small = [f for f in page.evaluate(_FRAME_TEXT_JS)
+    small = [f for f in sitecheck.inspect_frame_text(page)
              if f["px"] is None or f["px"] < MIN_FRAME_TEXT_PX - 0.05]
     return [f"{'a figure' if f['widget'] == 'figure' else 'widget ' + str(f['widget'])}: {f['kind']} text "
             f"{f['px']} px (at least "

@@ -1,6 +1,6 @@
 """Accessibility checks of a built book page: axe-core, colour modes, the keyboard.
 
-Used by tests/test_a11y.py (which asserts) together with tools/sitecheck.py (the local
+Used by tests/test_a11y.py (which asserts) together with tools/sitecheck/ (the local
 server, the browser, page loading). Nothing here asserts; every function reports.
 
 axe-core is the accessibility engine, pinned in package.json (a dev dependency, installed

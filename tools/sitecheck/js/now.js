@@ -1,0 +1,4 @@
+/* normcore book, site check: the page's clock. Returns performance.now(), in milliseconds
+ * since navigation start.
+ */
+() => performance.now()
