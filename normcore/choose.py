@@ -110,10 +110,12 @@ class Row:
         """A batch statistic is replaced by a running estimate in eval mode."""
         return self.batch_dependent
 
-    def invariant(self, transform: str) -> bool:
-        """The table's claim for one of :data:`normcore.invariance.INPUT_TRANSFORMS`."""
+    def invariant(self, transform: str, group_size: int | None = None) -> bool:
+        """The table's claim for one of :data:`normcore.invariance.INPUT_TRANSFORMS`
+        (GroupNorm: with ``group_size`` :math:`C/G` channels per group, more than one if
+        not given)."""
         return invariance.predicted_invariant(self.roles, transform, centers=self.centers,
-                                              scales=self.scales)
+                                              scales=self.scales, group_size=group_size)
 
 
 _BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")

@@ -235,29 +235,30 @@ def input_transforms(shape: Sequence[int], gen: torch.Generator,
     return out
 
 
-def spans(roles: Sequence[str], role: str) -> bool:
+def spans(roles: Sequence[str], role: str, group_size: int | None = None) -> bool:
     """Whether a set over ``roles`` (:mod:`normcore.axes`) extends along ``role``: along the
-    samples if it spans ``N``; along the channels if it spans ``C`` or ``G`` (a group holds
-    several channels)."""
+    samples if it spans ``N``; along the channels if it spans ``C``, or ``G`` with more than
+    one channel in a group (``group_size``, :math:`C/G`; unknown counts as more than one)."""
     if role == "N":
         return "N" in roles
     if role == "C":
-        return "C" in roles or "G" in roles
+        return "C" in roles or ("G" in roles and group_size != 1)
     raise ValueError(f"unknown role {role!r}; a transformation varies along 'N' or 'C'")
 
 
 def predicted_invariant(roles: Sequence[str], transform: str, *, centers: bool,
-                        scales: bool) -> bool:
+                        scales: bool, group_size: int | None = None) -> bool:
     """Whether a layer that standardizes over sets spanning ``roles`` removes ``transform``.
 
     ``centers``: it subtracts each set's mean (False for RMSNorm); ``scales``: it divides by
-    each set's spread.  The transformation is removed exactly when the layer removes its kind
-    (a shift needs ``centers``, a scale ``scales``, both for ``"affine"``) and it is the same
-    on every element of each set, i.e. the set does not extend along a role it varies along.
+    each set's spread; ``group_size``: :math:`C/G` when the roles hold ``G``.  The
+    transformation is removed exactly when the layer removes its kind (a shift needs
+    ``centers``, a scale ``scales``, both for ``"affine"``) and it is the same on every
+    element of each set, i.e. the set does not extend along a role it varies along.
     """
     if transform not in INPUT_TRANSFORMS:
         raise ValueError(f"unknown transformation {transform!r}; expected one of "
                          f"{', '.join(map(repr, INPUT_TRANSFORMS))}")
     t = INPUT_TRANSFORMS[transform]
     kind_ok = {"scale": scales, "shift": centers, "affine": scales and centers}[t.kind]
-    return kind_ok and not any(spans(roles, r) for r in t.varies)
+    return kind_ok and not any(spans(roles, r, group_size) for r in t.varies)

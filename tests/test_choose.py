@@ -139,6 +139,24 @@ def test_the_rule_reproduces_the_ln_paper_table_on_a_linear_layer():
             assert rule == paper[key], key
 
 
+def test_groupnorm_ends_have_the_rows_of_layernorm_and_instancenorm():
+    """G = 1: LayerNorm's row; G = C (one channel per group): InstanceNorm's, which the rule
+    gets only from the group size, since the roles of GN do not change with G."""
+    x = _x()
+    C = SHAPE[1]
+    modules = {G_: choose.make("group", SHAPE, G_) for G_ in (1, 2, C)}
+    with torch.no_grad():
+        table = invariance.invariance_table(
+            modules, invariance.input_transforms(SHAPE, torch.Generator().manual_seed(2)), x)
+    gn = choose.ROWS["group"]
+    for G_, twin in ((1, "layer"), (C, "instance")):
+        rule = [gn.invariant(t, group_size=C // G_) for t in invariance.INPUT_TRANSFORMS]
+        assert table.row(G_) == rule == [choose.ROWS[twin].invariant(t)
+                                         for t in invariance.INPUT_TRANSFORMS], G_
+    assert table.row(2) == [gn.invariant(t) for t in invariance.INPUT_TRANSFORMS]
+    assert table.row(C) != [gn.invariant(t) for t in invariance.INPUT_TRANSFORMS]
+
+
 def test_invariance_table_refuses_an_ambiguous_change():
     x = _x()
     with pytest.raises(ValueError, match=r"moved by 0\.01.*between 0\.001 \(invariant\)"):
