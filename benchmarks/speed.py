@@ -203,6 +203,16 @@ def _machine() -> str:
             f"torch {torch.__version__} with {n} thread{'' if n == 1 else 's'}")
 
 
+def dumps(data: dict) -> str:
+    """The JSON of ``data``, indented, with each measurement and each short list on one line."""
+    text = json.dumps(data, indent=1)
+    text = re.sub(r'\{\s+"median": ([\d.]+),\s+"min": ([\d.]+)\s+\}',
+                  r'{"median": \1, "min": \2}', text)
+    text = re.sub(r'\[\s+([\d.,\s]+?)\s+\]',
+                  lambda m: "[" + ", ".join(re.findall(r"[\d.]+", m[1])) + "]", text)
+    return text + "\n"
+
+
 def measure_json(reps: int, quick: bool, path: str) -> dict:
     shape, cases = choose_cases(quick)
     load_before = os.getloadavg()[0]
@@ -230,9 +240,8 @@ def measure_json(reps: int, quick: bool, path: str) -> dict:
     for key, t in times.items():
         print(f"{key:12s} " + "  ".join(f"{who} {k} {v['min']:.2f} ms" for who, tw in t.items()
                                         if tw for k, v in tw.items()), flush=True)
-    args = [a for a in sys.argv[1:]]
     data = {
-        "command": "python benchmarks/speed.py " + " ".join(args),
+        "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
         "machine": _machine(),
         "date": datetime.date.today().isoformat(),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -243,14 +252,8 @@ def measure_json(reps: int, quick: bool, path: str) -> dict:
                  "machine's 1-minute load average before and after"),
         "times": times,
     }
-    text = json.dumps(data, indent=1)
-    # one line per measurement: {"median": ..., "min": ...}
-    text = re.sub(r'\{\s+"median": ([\d.]+),\s+"min": ([\d.]+)\s+\}',
-                  r'{"median": \1, "min": \2}', text)
-    text = re.sub(r'\[\s+([\d,\s]+?)\s+\]',        # the shape on one line
-                  lambda m: "[" + ", ".join(re.findall(r"\d+", m[1])) + "]", text)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text + "\n")
+        f.write(dumps(data))
     return data
 
 

@@ -379,13 +379,14 @@ _AFFINE_WORDS = {"channel": "one per channel, $(C)$",
                  "normalized_shape": "one per element of `normalized_shape`"}
 
 
-def set_words(row: Row) -> str:
-    """The set :math:`S_i` in words, from :mod:`normcore.axes` (WS: read on the weight)."""
+def set_words(row: Row, tex: bool = True) -> str:
+    """The set :math:`S_i` in words, from :mod:`normcore.axes` (WS: read on the weight);
+    ``tex=False``: without math markup, for printing."""
     if row.sets is None:
-        return "$x_i$ alone: no statistics"
+        return "$x_i$ alone: no statistics" if tex else "x_i alone: no statistics"
     if row.on == "weight":
-        return (f"one filter's $F = C_\\text{{in}} k_h k_w$ weights: {ROWS[row.sets].short}'s "
-                f"set, on the weight")
+        fan_in = "$F = C_\\text{in} k_h k_w$" if tex else "F = C_in k_h k_w"
+        return f"one filter's {fan_in} weights: {ROWS[row.sets].short}'s set, on the weight"
     words = axes.roles_words(row.roles)
     return words + ("" if row.centers else " (no mean subtracted)")
 

@@ -19,8 +19,9 @@ COLORS = {"torch": "#1f5fa8", "normcore": "#c2410c"}
 def cost_figure(cost: dict, keys: Sequence[str] = (*choose.KEYS, "batch eval"),
                 kind: str = "fwd+bwd", narrow: bool = False) -> Figure:
     """Horizontal bars: each layer's time (``kind``, the fastest round) in % of the 3x3
-    convolution's on the same tensor, torch's and normcore's side by side; a layer normcore
-    has no op for says so in place of its bar.  ``narrow``: the phone layout."""
+    convolution's on the same tensor (its fastest round too), torch's and normcore's side by
+    side, with a line on to the median round's; a layer normcore has no op for says so in
+    place of its bar.  ``narrow``: the phone layout."""
     names = {k: choose.ROWS[k].short if k in choose.ROWS else "BN, eval" for k in keys}
     if narrow:
         fig = phone.figure(4.6)
@@ -37,10 +38,13 @@ def cost_figure(cost: dict, keys: Sequence[str] = (*choose.KEYS, "batch eval"),
                 ax.text(0.5, y, f"no {who} op", va="center", fontsize=9, color=COLORS[who])
                 continue
             pct = 100 * choose.cost_ratio(cost, key, who, kind)
-            top = max(top, pct)
+            median = pct * times[kind]["median"] / times[kind]["min"]
+            top = max(top, median)
             ax.barh(y, pct, height=height, color=COLORS[who],
                     label=who if i == 0 else None)
-            ax.text(pct + 0.4, y, f"{pct:.0f}%", va="center", fontsize=9)
+            ax.plot([pct, median], [y, y], color="0.25", lw=1,
+                    label="to the median round" if i == 0 and who == "torch" else None)
+            ax.text(median + 0.4, y, f"{pct:.0f}%", va="center", fontsize=9)
     ax.set_yticks(range(len(keys)), [names[k] for k in keys], fontsize=10)
     ax.invert_yaxis()
     ax.set_xlim(0, top * 1.18)
@@ -51,7 +55,7 @@ def cost_figure(cost: dict, keys: Sequence[str] = (*choose.KEYS, "batch eval"),
     ax.set_title(f"Each layer's cost next to{sep}the convolution before it", fontsize=10.5)
     ax.spines[["top", "right"]].set_visible(False)
     if narrow:
-        phone.legend_below(fig, ax, ncol=2)
+        phone.legend_below(fig, ax, ncol=2)   # the median's line on a row of its own
     else:
         fig.legend(fontsize=10, frameon=False, loc="outside right center")
     return fig
