@@ -248,8 +248,10 @@ def dyt_layout(input, alpha, weight=None, bias=None, channels_last=True, normali
             check_float(p, name, caller)
     if normalized_shape is not None:          # (what names gamma's shape, that shape)
         given = ("normalized_shape", normalized_shape_tuple(normalized_shape, caller))
-    elif weight is not None or bias is not None:
-        given = ("weight", tuple(weight.shape)) if weight is not None else ("bias", tuple(bias.shape))
+    elif weight is not None:
+        given = ("weight", tuple(weight.shape))
+    elif bias is not None:
+        given = ("bias", tuple(bias.shape))
     else:
         given = None
     if not channels_last:

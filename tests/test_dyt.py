@@ -130,7 +130,8 @@ def check_gradients(shape, cl, ashape, dtype, wanted, seed):
     dy = make_input(shape, dtype, seed + 1, loc_scale=False)
     runs = []
     for fn in (lambda *t: F.dyt(*t, channels_last=cl), lambda *t: formula(*t, channels_last=cl)):
-        leaves = [t.detach().clone().requires_grad_(n in wanted) for n, t in zip("xawb", (x, alpha, w, b))]
+        leaves = [t.detach().clone().requires_grad_(n in wanted)
+                  for n, t in zip("xawb", (x, alpha, w, b))]
         y = fn(*leaves)
         runs.append((y, torch.autograd.grad(y, [t for t in leaves if t.requires_grad], dy)))
     (y, ours), (_, theirs) = runs
@@ -218,7 +219,8 @@ def test_low_precision_is_computed_in_float32_and_rounded_once(dtype, cl):
     grads32 = torch.autograd.grad(y32.square().sum(), leaves32)
     for g, g32, t in zip(grads, grads32, leaves):
         assert g.dtype == t.dtype
-        torch.testing.assert_close(g.float(), g32, rtol=4 * tol, atol=4 * tol * g32.abs().max().item())
+        torch.testing.assert_close(g.float(), g32, rtol=4 * tol,
+                                   atol=4 * tol * g32.abs().max().item())
 
 
 @pytest.mark.parametrize("cl", [True, False])
