@@ -106,7 +106,10 @@ def test_the_extension_makes_a_picture_and_takes_the_phone_layout_out(tmp_path, 
     assert 'alt="A plot."' in html and "style=" not in html.split("plain.png")[0]
     assert '<img alt="x" src="../_images/plain.png" />' in html      # a figure without one: as it was
     info = json.loads((tmp_path / "_images" / "f.figure.json").read_text())
-    assert info["text_px"] == pytest.approx(min(fig.text_px, fig.narrow_text_px), abs=0.01)
+    assert info["text_px"] == pytest.approx(fig.text_px, abs=0.01)          # each layout its own
+    assert info["narrow_text_px"] == pytest.approx(fig.narrow_text_px, abs=0.01)
+    assert f'data-text-px="{fig.text_px:.1f}"' in html
+    assert f'data-narrow="{info["narrow"]}" data-narrow-text-px="{fig.narrow_text_px:.1f}"' in html
     narrow = tmp_path / "_images" / info["narrow"]
     assert narrow.is_file()
     wide = (tmp_path / "_images" / f"f.{ext}").read_bytes()

@@ -10,12 +10,15 @@ download it), and makes the figure's ``<img>`` a ``<picture>``:
 
     <picture class="normcore-figure">
       <source media="(max-width: 600px)" srcset="../_images/<name>.narrow.png" width=.. height=..>
-      <img src="../_images/<name>.png" width=.. height=.. data-text-px=.. data-density=..>
+      <img src="../_images/<name>.png" width=.. height=.. data-text-px=.. data-density=..
+           data-narrow="<name>.narrow.png" data-narrow-text-px=..>
     </picture>
 
-The browser fetches only the layout it shows. ``data-text-px`` (the smaller of the two
-layouts' smallest text, in CSS px at the figure's own size) and ``data-density`` (pixels per
-CSS px) are what the site's phone test reads, as for a widget's frames.
+The browser fetches only the layout it shows. ``data-text-px`` and ``data-narrow-text-px``
+(the smallest text of the desktop and of the phone layout, in CSS px at the layout's own
+size), ``data-narrow`` (the phone layout's file, to tell which one the browser chose) and
+``data-density`` (pixels per CSS px) are what the site's phone test reads, as for a widget's
+frames: each layout is measured by its own text, on the screen that shows it.
 
 What it learned of a figure is kept beside it (``<name>.figure.json``): an incremental build
 that copies nothing new still rewrites a page's ``<img>`` the same way.
@@ -48,7 +51,8 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 def take_narrow(image: Path) -> dict | None:
     """Move the phone layout out of `image` (a figure in _images/); what is known of the
-    figure: ``{"narrow": file name, "size", "narrow_size" (CSS px), "density", "text_px"}``,
+    figure: ``{"narrow": file name, "size", "narrow_size" (CSS px), "density", "text_px",
+    "narrow_text_px"}`` (the smallest text of each layout, in CSS px at its own size),
     or None for a figure without one."""
     sidecar = image.with_suffix(".figure.json")
     if image.suffix == ".png":
@@ -70,7 +74,8 @@ def take_narrow(image: Path) -> dict | None:
     (image.parent / name).write_bytes(narrow)
     image.write_bytes(wide)
     info = {"narrow": name, "size": [w / density, h / density], "narrow_size": [nw / density, nh / density],
-            "density": density, "text_px": min(float(v) for v in sizes.split(","))}
+            "density": density}
+    info["text_px"], info["narrow_text_px"] = (float(v) for v in sizes.split(","))
     sidecar.write_text(json.dumps(info), encoding="utf-8")
     return info
 
@@ -98,7 +103,9 @@ def rewrite_page(path: Path, cache: dict) -> int:
         return (f'<picture class="normcore-figure"><source media="(max-width: {NARROW_SCREEN_PX}px)" '
                 f'srcset="{narrow}" width="{nw:.0f}" height="{nh:.0f}" />'
                 f'<img {attrs} src="{src}" width="{w:.0f}" height="{h:.0f}" '
-                f'data-text-px="{info["text_px"]:.1f}" data-density="{info["density"]}" /></picture>')
+                f'data-text-px="{info["text_px"]:.1f}" data-density="{info["density"]}" '
+                f'data-narrow="{info["narrow"]}" '
+                f'data-narrow-text-px="{info.get("narrow_text_px", info["text_px"]):.1f}" /></picture>')
 
     new = _IMG.sub(one, text)
     if new != text:

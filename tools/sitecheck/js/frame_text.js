@@ -8,7 +8,9 @@
  * smallest text size of the figure as drawn (data-text-px, at the widget's dpi) and the pixel
  * density it was drawn at (data-density); the size on screen is that, times the displayed
  * width over the image's own width in CSS px (normcore.widgets writes both attributes, and
- * the book's extension normcore_figures writes them on a figure's <picture>).
+ * the book's extension normcore_figures writes them on a figure's <picture>). A figure's <img>
+ * also names its phone layout's file (data-narrow) and that layout's smallest text
+ * (data-narrow-text-px): the layout the browser chose is measured by its own text.
  * An image without data-text-px is reported with px null: its text cannot be measured.
  * A layout that is not shown (display: none, a Stack's other frames) has no box and is skipped.
  */
@@ -28,7 +30,9 @@
       return;
     }
     const own = img.naturalWidth / parseFloat(img.dataset.density || "1");
-    const px = parseFloat(img.dataset.textPx) * (r.width / own);
+    const narrowShown = !!img.dataset.narrow && name === img.dataset.narrow;
+    const drawn = narrowShown ? img.dataset.narrowTextPx : img.dataset.textPx;
+    const px = parseFloat(drawn) * (r.width / own);
     out.push({ widget: where, kind: "img", px: Math.round(px * 100) / 100, what: name.slice(0, 70) });
   };
   // an SVG drawn in the page: its smallest font, times the scale its viewBox is drawn at
