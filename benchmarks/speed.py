@@ -18,7 +18,8 @@ beside two references: BatchNorm in eval mode and a 3x3 convolution from 64 to 6
 the same tensor, in rounds that run every op once.  It writes the median and the minimum of
 each over the rounds, in milliseconds, with the command, the machine and the date, to PATH
 (the chapter reads ``normcore/cost.json`` through ``normcore.choose.load_cost``).  torch has
-no op for WS and DyT: its column is the formula in plain torch ops.
+no op for WS and DyT: its column is the formula in plain torch ops (DyT per channel, as the
+paper's code for (N, C, H, W)).
 """
 from __future__ import annotations
 
@@ -178,7 +179,6 @@ def choose_cases(quick: bool):
     rm, rv = torch.zeros(C), torch.ones(C)
     conv_w = torch.randn(C, C, 3, 3, generator=g) * (2 / (9 * C)) ** 0.5
     alpha = torch.full((1,), 0.5)
-    dyt = getattr(F, "dyt", None)
     return shape, [
         ("batch", x, [w, b], lambda x, w, b: F.batch_norm(x, rm, rv, w, b, True),
          lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, True)),
@@ -190,8 +190,8 @@ def choose_cases(quick: bool):
         ("group", x, [w, b], lambda x, w, b: F.group_norm(x, 32, w, b),
          lambda x, w, b: TF.group_norm(x, 32, w, b)),
         ("ws", conv_w, [], lambda w: F.weight_standardize(w), _ws_torch),
-        ("dyt", x, [alpha, w, b], None if dyt is None else (lambda x, a, w, b: dyt(x, a, w, b)),
-         _dyt_torch),
+        ("dyt", x, [alpha, w, b],
+         lambda x, a, w, b: F.dyt(x, a, w, b, channels_last=False), _dyt_torch),
         ("batch eval", x, [w, b], lambda x, w, b: F.batch_norm(x, rm, rv, w, b, False),
          lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, False)),
         ("conv3x3", x, [conv_w], None, lambda x, cw: TF.conv2d(x, cw, padding=1)),

@@ -156,8 +156,10 @@ def make(key: str, shape: Sequence[int], num_groups: int, dyt: Callable | None =
     r"""The module of row ``key`` for inputs ``(N, C, H, W)`` of ``shape``, at the defaults of
     ``torch.nn`` (InstanceNorm without affine parameters, WS as a 3x3 convolution from ``C``
     to ``C`` channels without padding), in training mode, with parameters drawn from ``seed``
-    so that no :math:`\gamma = 1, \beta = 0` hides anything.  ``dyt(C)``, if given, builds
-    the DyT module (default: :class:`normcore.nn.DyT`)."""
+    so that no :math:`\gamma = 1, \beta = 0` hides anything.  DyT is
+    :class:`normcore.nn.DyT` with :math:`\gamma, \beta` per channel (``channels_last=False``,
+    the paper's layout for ``(N, C, H, W)``); ``dyt(C)``, if given, builds another module in
+    its place (an experiment on a layer the table does not have)."""
     from . import nn as ncnn
     if key not in ROWS:
         raise ValueError(f"unknown row {key!r}; expected one of {', '.join(map(repr, KEYS))}")
@@ -166,12 +168,8 @@ def make(key: str, shape: Sequence[int], num_groups: int, dyt: Callable | None =
         raise ValueError(f"an input of shape (N, C, H, W) is needed, got {shape}")
     C = shape[1]
     kw = dict(dtype=dtype)
-    if key == "dyt":
-        factory = dyt or getattr(ncnn, "DyT", None)
-        if factory is None:
-            raise ValueError("this normcore has no nn.DyT: pass dyt=, a function of C that "
-                             "builds the module")
-        module = factory(C).to(dtype)
+    if key == "dyt" and dyt is not None:
+        module = dyt(C).to(dtype)
     else:
         module = {
             "batch": lambda: ncnn.BatchNorm2d(C, **kw),
@@ -180,6 +178,7 @@ def make(key: str, shape: Sequence[int], num_groups: int, dyt: Callable | None =
             "instance": lambda: ncnn.InstanceNorm2d(C, **kw),
             "group": lambda: ncnn.GroupNorm(num_groups, C, **kw),
             "ws": lambda: ncnn.WSConv2d(C, C, 3, **kw),
+            "dyt": lambda: ncnn.DyT(C, channels_last=False, **kw),
         }[key]()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -465,7 +464,9 @@ def table_markdown(cost: dict | None = None, rows: Sequence[str] = KEYS) -> str:
     out.append(line("all-reduced with the gradients", [gradient_words(r) for r in rows]))
     if cost is not None:
         out.append(line("**time, forward + backward**", [""] * len(rows)))
-        out.append(line("torch, in % of a 3×3 convolution's",
-                        [f"{100 * cost_ratio(cost, r.key):.0f}%" for r in rows]))
+        for who in ("torch", "normcore"):
+            out.append(line(f"{who}, in % of a 3×3 convolution's",
+                            [f"{100 * cost_ratio(cost, r.key, who):.0f}%"
+                             if cost["times"][r.key][who] else "no op" for r in rows]))
     out.append(line("used in", [r.used for r in rows]))
     return "\n".join(out)

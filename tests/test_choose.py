@@ -18,27 +18,13 @@ SHAPE, G = (4, 6, 4, 4), 2
 f64 = torch.float64
 
 
-class DyT(torch.nn.Module):
-    """DyT from the formula (Zhu et al. 2025): gamma * tanh(alpha x) + beta, per channel."""
-
-    def __init__(self, num_features: int, alpha_init_value: float = 0.5):
-        super().__init__()
-        self.alpha = torch.nn.Parameter(torch.ones(1) * alpha_init_value)
-        self.weight = torch.nn.Parameter(torch.ones(num_features))
-        self.bias = torch.nn.Parameter(torch.zeros(num_features))
-
-    def forward(self, x):
-        view = (1, -1) + (1,) * (x.dim() - 2)
-        return self.weight.view(view) * torch.tanh(self.alpha * x) + self.bias.view(view)
-
-
 def _x(seed=0, shape=SHAPE):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=f64)
 
 
 @pytest.fixture(scope="module")
 def found():
-    return {key: choose.measure(row, _x(), G, dyt=DyT) for key, row in choose.ROWS.items()}
+    return {key: choose.measure(row, _x(), G) for key, row in choose.ROWS.items()}
 
 
 # ----------------------------------------------------------------------- every claim holds
@@ -50,7 +36,7 @@ def test_every_claim_of_the_row_holds_by_experiment(found, key):
 @pytest.mark.parametrize("key", choose.KEYS)
 def test_the_claims_hold_on_another_input_and_seed(key):
     x = 3.0 + 2.0 * _x(7, (6, 4, 3, 3))
-    found = choose.measure(choose.ROWS[key], x, 2, dyt=DyT, seed=5)
+    found = choose.measure(choose.ROWS[key], x, 2, seed=5)
     assert choose.mismatches(choose.ROWS[key], found, x.shape, 2) == []
 
 
@@ -240,7 +226,14 @@ def test_make_refuses_what_it_cannot_build():
         choose.make("batchnorm", SHAPE, G)
     with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
         choose.make("batch", (4, 6), G)
-    import normcore.nn as ncnn
-    if not hasattr(ncnn, "DyT"):
-        with pytest.raises(ValueError, match="no nn.DyT: pass dyt="):
-            choose.make("dyt", SHAPE, G)
+
+
+def test_the_dyt_column_is_the_formula_per_channel():
+    """DyT (Zhu et al. 2025): gamma * tanh(alpha x) + beta, gamma and beta per channel."""
+    m = choose.make("dyt", SHAPE, G)
+    x = _x(9)
+    with torch.no_grad():
+        view = (1, -1, 1, 1)
+        formula = m.weight.view(view) * torch.tanh(m.alpha * x) + m.bias.view(view)
+        assert torch.allclose(m(x), formula, rtol=0, atol=1e-12)
+    assert m.alpha.item() == 0.5 and m.weight.shape == (SHAPE[1],)
