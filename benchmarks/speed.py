@@ -1,6 +1,7 @@
 """Time normcore against torch's native ops, in one process, and print median ratios.
 
     .venv/bin/python benchmarks/speed.py [--reps 30] [--quick]
+    .venv/bin/python benchmarks/speed.py --json normcore/cost.json [--reps 30] [--quick]
 
 For each norm, forward and forward+backward, at a realistic size, the median wall time of
 normcore and of torch are measured interleaved (A, B, A, B, ...) after a warm-up, so that
@@ -9,11 +10,27 @@ the target is <= 2.0.  The column ``min`` is min(normcore) / min(torch), the rat
 least disturbed runs: on a loaded machine every full-size op waits for its threads to be
 scheduled, and the medians move by several times from run to run while the minima stay.
 This is a benchmark, not a test: it prints, it does not assert.
+
+``--json PATH`` measures instead the layers of the chapter "Choosing a normalization" at one
+realistic size, an image activation of shape (8, 64, 56, 56) (a ResNet's first stage; with
+``--quick`` (8, 64, 28, 28)), with PyTorch and with normcore, forward and forward+backward,
+beside two references: BatchNorm in eval mode and a 3x3 convolution from 64 to 64 channels on
+the same tensor, in rounds that run every op once.  It writes the median and the minimum of
+each over the rounds, in milliseconds, with the command, the machine and the date, to PATH
+(the chapter reads ``normcore/cost.json`` through ``normcore.choose.load_cost``).  torch has
+no op for WS and DyT: its column is the formula in plain torch ops (DyT per channel, as the
+paper's code for (N, C, H, W)).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import os
+import platform
+import re
 import statistics
+import sys
 import time
 
 import torch
@@ -135,11 +152,134 @@ def measure(reps: int, quick: bool):
     return rows
 
 
+# ---------------------------------------------------------------------------------------
+# --json: the chapter "Choosing a normalization"
+# ---------------------------------------------------------------------------------------
+def _ws_torch(w):
+    """WS in plain torch ops (the paper's code: unbiased std, eps added to it)."""
+    flat = w.reshape(w.shape[0], -1)
+    mean = flat.mean(1, keepdim=True)
+    return ((flat - mean) / (flat.std(1, keepdim=True) + 1e-5)).reshape_as(w)
+
+
+def _dyt_torch(x, alpha, w, b):
+    """DyT in plain torch ops: gamma * tanh(alpha * x) + beta, per channel."""
+    view = (1, -1) + (1,) * (x.dim() - 2)
+    return w.view(view) * torch.tanh(alpha * x) + b.view(view)
+
+
+def choose_cases(quick: bool):
+    """(key, input, params, normcore fn or None, torch fn) for every row and reference."""
+    g = torch.Generator().manual_seed(0)
+    shape = (8, 64, 28, 28) if quick else (8, 64, 56, 56)
+    x = torch.randn(shape, generator=g)
+    C = shape[1]
+    w, b = torch.rand(C, generator=g) + 0.5, torch.randn(C, generator=g)
+    wl, bl = torch.rand(shape[1:], generator=g) + 0.5, torch.randn(shape[1:], generator=g)
+    rm, rv = torch.zeros(C), torch.ones(C)
+    conv_w = torch.randn(C, C, 3, 3, generator=g) * (2 / (9 * C)) ** 0.5
+    alpha = torch.full((1,), 0.5)
+    return shape, [
+        ("batch", x, [w, b], lambda x, w, b: F.batch_norm(x, rm, rv, w, b, True),
+         lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, True)),
+        ("layer", x, [wl, bl], lambda x, w, b: F.layer_norm(x, x.shape[1:], w, b),
+         lambda x, w, b: TF.layer_norm(x, x.shape[1:], w, b)),
+        ("rms", x, [wl], lambda x, w: F.rms_norm(x, x.shape[1:], w),
+         lambda x, w: TF.rms_norm(x, list(x.shape[1:]), w)),
+        ("instance", x, [], lambda x: F.instance_norm(x), lambda x: TF.instance_norm(x)),
+        ("group", x, [w, b], lambda x, w, b: F.group_norm(x, 32, w, b),
+         lambda x, w, b: TF.group_norm(x, 32, w, b)),
+        ("ws", conv_w, [], lambda w: F.weight_standardize(w), _ws_torch),
+        ("dyt", x, [alpha, w, b],
+         lambda x, a, w, b: F.dyt(x, a, w, b, channels_last=False), _dyt_torch),
+        ("batch eval", x, [w, b], lambda x, w, b: F.batch_norm(x, rm, rv, w, b, False),
+         lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, False)),
+        ("conv3x3", x, [conv_w], None, lambda x, cw: TF.conv2d(x, cw, padding=1)),
+    ]
+
+
+def _machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    n = torch.get_num_threads()
+    return (f"{model}, {os.cpu_count()} logical CPUs, {platform.system()}; "
+            f"torch {torch.__version__} with {n} thread{'' if n == 1 else 's'}")
+
+
+def dumps(data: dict) -> str:
+    """The JSON of ``data``, indented, with each measurement and each short list on one line."""
+    text = json.dumps(data, indent=1)
+    text = re.sub(r'\{\s+"median": ([\d.]+),\s+"min": ([\d.]+)\s+\}',
+                  r'{"median": \1, "min": \2}', text)
+    text = re.sub(r'\[\s+([\d.,\s]+?)\s+\]',
+                  lambda m: "[" + ", ".join(re.findall(r"[\d.]+", m[1])) + "]", text)
+    return text + "\n"
+
+
+def measure_json(reps: int, quick: bool, path: str) -> dict:
+    shape, cases = choose_cases(quick)
+    load_before = os.getloadavg()[0]
+    runs = {}                                   # (key, who, pass) -> run
+    for key, x, params, ours, theirs in cases:
+        for backward in (False, True):
+            kind = "fwd+bwd" if backward else "fwd"
+            runs[key, "torch", kind] = _runner(theirs, x, params, backward)
+            if ours is not None:
+                runs[key, "normcore", kind] = _runner(ours, x, params, backward)
+    for run in runs.values():                   # warm-up
+        for _ in range(3):
+            run()
+    # round robin: every op once per round, so that a busy spell of a shared machine
+    # falls on all of them alike; the minimum over the rounds is the least disturbed run
+    samples = {k: [] for k in runs}
+    for _ in range(reps):
+        for k, run in runs.items():
+            samples[k].append(_time(run))
+    times = {key: {"torch": {}, "normcore": {} if ours is not None else None}
+             for key, _, _, ours, _ in cases}
+    for (key, who, kind), ts in samples.items():
+        times[key][who][kind] = {"median": round(statistics.median(ts) * 1e3, 4),
+                                 "min": round(min(ts) * 1e3, 4)}
+    for key, t in times.items():
+        print(f"{key:12s} " + "  ".join(f"{who} {k} {v['min']:.2f} ms" for who, tw in t.items()
+                                        if tw for k, v in tw.items()), flush=True)
+    data = {
+        "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
+        "machine": _machine(),
+        "date": datetime.date.today().isoformat(),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "shape": list(shape), "dtype": "float32", "reps": reps,
+        "note": ("milliseconds per call: the median and the minimum over reps rounds, each "
+                 "round running every op once, after 3 warm-up runs of each; torch has no WS "
+                 "or DyT op: its times are the formulas in plain torch ops; load_average: the "
+                 "machine's 1-minute load average before and after"),
+        "times": times,
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(dumps(data))
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    ap.add_argument("--json", metavar="PATH",
+                    help="measure the layers of the chapter 'Choosing a normalization' and "
+                         "write them to PATH (normcore/cost.json)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: torch's); 1 is steadier on a shared machine")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.json:
+        measure_json(args.reps, args.quick, args.json)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
           f"median of {args.reps} interleaved runs; target ratio <= {TARGET}")
     rows = measure(args.reps, args.quick)

@@ -12,8 +12,10 @@ The layers, each importing only from those above it:
 * :mod:`~normcore.sync`: synchronized statistics; :mod:`~normcore.nn`: drop-in modules;
   :mod:`~normcore.fold`: folding BN into the layer before it;
 * the book's tools: :mod:`~normcore.launch` (process launcher), :mod:`~normcore.data`
-  (seeded inputs), :mod:`~normcore.experiments`, :mod:`~normcore.exercises` (checkers that
-  name misconceptions), :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
+  (seeded inputs), :mod:`~normcore.experiments`, :mod:`~normcore.invariance` (what leaves a
+  layer's output unchanged, by experiment), :mod:`~normcore.choose` (every layer side by side,
+  each claim checked), :mod:`~normcore.exercises` (checkers that name misconceptions),
+  :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
 """
 from . import axes, functional, stats, nn, fold  # noqa: E402
 

@@ -14,8 +14,9 @@ import torch
 
 matplotlib.use("Agg")
 
-from normcore import stats  # noqa: E402
+from normcore import choose, stats  # noqa: E402
 from normcore.viz import batch as vb  # noqa: E402
+from normcore.viz import choose as vc  # noqa: E402
 from normcore.viz import cube  # noqa: E402
 from normcore.viz import instance as vi  # noqa: E402
 from normcore.viz import layer as vl  # noqa: E402
@@ -195,6 +196,7 @@ PHONE_FIGURES = {
     "grad_norms": (lambda narrow: vl.grad_norms_figure(_GRAD_NORMS, narrow=narrow), (6.4, 3.2)),
     "feature_stats": (lambda narrow: vi.feature_stats_figure(*_channel_stats(), narrow=narrow),
                       (5.6, 2.9)),
+    "cost": (lambda narrow: vc.cost_figure(choose.load_cost(), narrow=narrow), (6.4, 3.6)),
 }
 
 
