@@ -39,6 +39,7 @@ def _cases(quick: bool):
     seq = torch.randn((8, 128, 512) if quick else (32, 256, 512), generator=g)
     wl, bl = torch.rand(512, generator=g) + 0.5, torch.randn(512, generator=g)
     conv_w = torch.randn(256, 128, 3, 3, generator=g)
+    alpha = torch.full((1,), 0.5)
     cases = [
         ("batch_norm train", big, x, [w, b],
          lambda x, w, b: F.batch_norm(x, rm, rv, w, b, True),
@@ -64,6 +65,13 @@ def _cases(quick: bool):
         ("rms_norm (C,H,W)", big, x, [],
          lambda x: F.rms_norm(x, x.shape[1:]),
          lambda x: TF.rms_norm(x, list(x.shape[1:]))),
+        # torch has no DyT: the reference is the paper's code, the formula in plain torch ops
+        ("dyt last dim", tuple(seq.shape), seq, [alpha, wl, bl],
+         lambda x, a, w, b: F.dyt(x, a, w, b),
+         lambda x, a, w, b: torch.tanh(a * x) * w + b),
+        ("dyt (N,C,H,W) per channel", big, x, [alpha, w, b],
+         lambda x, a, w, b: F.dyt(x, a, w, b, channels_last=False),
+         lambda x, a, w, b: torch.tanh(a * x) * w[:, None, None] + b[:, None, None]),
         # torch has no native WS: the reference is timm's formulation on F.batch_norm
         ("weight_standardize", tuple(conv_w.shape), conv_w, [],
          lambda w: F.weight_standardize(w, convention="timm"),

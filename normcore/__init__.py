@@ -6,7 +6,8 @@ The layers, each importing only from those above it:
   :mod:`~normcore.stats`: variances, Chan's merge, running averages;
 * :mod:`~normcore._checks`: argument validation, one message per mistake;
 * :mod:`~normcore.core`: the numeric core (the formula, compute dtype, sums of products);
-* :mod:`~normcore.grad`: hand-derived backward passes (autograd Functions);
+* :mod:`~normcore.grad`: hand-derived backward passes (autograd Functions), and
+  :mod:`~normcore.grad_dyt`: Dynamic Tanh's formula and backward;
 * :mod:`~normcore.functional`: the public ops, with ``torch.nn.functional``'s signatures;
 * :mod:`~normcore.sync`: synchronized statistics; :mod:`~normcore.nn`: drop-in modules;
   :mod:`~normcore.fold`: folding BN into the layer before it;

@@ -203,3 +203,78 @@ def weight_standardize_setup(weight, eps=None, convention="original", caller="we
         raise ValueError(
             f"{caller}: the unbiased std needs at least 2 weights per output channel, got {lay.set_size}")
     return lay, float(eps), conv
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamic Tanh: no statistics, only where gamma lives
+# ---------------------------------------------------------------------------------------
+def check_alpha(alpha, caller: str) -> None:
+    """DyT's alpha: one learned scalar, a floating tensor of shape ``(1,)`` (the paper's
+    code) or ``()``."""
+    if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool):
+        raise TypeError(
+            f"{caller}: alpha must be a torch.Tensor (a learned parameter), got the number "
+            f"{alpha!r}; pass torch.tensor([{alpha!r}])")
+    check_float(alpha, "alpha", caller)
+    if alpha.dim() > 1 or alpha.numel() != 1:
+        raise ValueError(
+            f"{caller}: alpha has shape {tuple(alpha.shape)}, expected one scalar of shape (1,) "
+            f"(or ()): DyT's alpha is a single number shared by every element; a per-channel "
+            f"scale is gamma (weight)")
+
+
+def check_alpha_init(value, caller: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{caller}: alpha_init_value must be a finite number, got {value!r}")
+    return float(value)
+
+
+def dyt_layout(input, alpha, weight=None, bias=None, channels_last=True, normalized_shape=None,
+               caller="dyt") -> Layout | None:
+    """Check dyt's arguments; return the :class:`~normcore.axes.Layout` that says where
+    gamma and beta live, or None when there are none (and no ``normalized_shape``).
+
+    DyT has no sets :math:`S_i`; it borrows where gamma lives: LayerNorm's (the trailing
+    dims, ``channels_last=True``) or BatchNorm's (one per channel of dim 1 of an
+    ``(N, C, *)`` input, ``channels_last=False``).  The shape of gamma is
+    ``normalized_shape`` when given (the module passes it), else ``weight``'s or ``bias``'s.
+    """
+    check_float(input, "input", caller)
+    check_alpha(alpha, caller)
+    if not isinstance(channels_last, bool):
+        raise TypeError(f"{caller}: channels_last must be True or False, got {channels_last!r}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            check_float(p, name, caller)
+    if normalized_shape is not None:          # (what names gamma's shape, that shape)
+        given = ("normalized_shape", normalized_shape_tuple(normalized_shape, caller))
+    elif weight is not None:
+        given = ("weight", tuple(weight.shape))
+    elif bias is not None:
+        given = ("bias", tuple(bias.shape))
+    else:
+        given = None
+    if not channels_last:
+        C = check_nc(input, caller)
+        if given is not None and given[1] != (C,):
+            raise ValueError(
+                f"{caller}: {given[0]} has shape {given[1]}, but with channels_last=False gamma "
+                f"and beta have one value per channel of dim 1: expected ({C},) for an input of "
+                f"shape {tuple(input.shape)}")
+        lay = axes.layout("batch", input.shape)
+    elif given is None:
+        return None
+    else:
+        name, shape = given
+        k = len(shape)
+        if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k:]) != shape:
+            hint = (" (an (N, C, *) input with one gamma per channel needs channels_last=False)"
+                    if k == 1 and input.dim() >= 2 and input.shape[1] == shape[0] else "")
+            raise ValueError(
+                f"{caller}: {name} has shape {shape}, expected input with shape "
+                f"[*, {', '.join(map(str, shape))}], but got input of size {list(input.shape)}; "
+                f"with channels_last=True gamma and beta match the input's last dims{hint}")
+        lay = axes.layout("layer", input.shape, normalized_ndim=k)
+    check_param(weight, "weight", lay.affine_shape, caller)
+    check_param(bias, "bias", lay.affine_shape, caller)
+    return lay

@@ -18,8 +18,13 @@ Conventions, all as in PyTorch:
 
 Dispatch: when autograd will need a gradient, the work goes to the hand-derived Functions of
 :mod:`normcore.grad` (:class:`~normcore.grad.Normalize`,
-:class:`~normcore.grad.WeightStandardize`); otherwise to the formula of
-:mod:`normcore.core`, which writes its output over its own temporaries.
+:class:`~normcore.grad.WeightStandardize`) and :mod:`normcore.grad_dyt`
+(:class:`~normcore.grad_dyt.DyTFunction`); otherwise to the formula of
+:mod:`normcore.core` (:func:`~normcore.grad_dyt.dyt_formula` for DyT), which writes its
+output over its own temporaries.
+
+:func:`dyt` (Dynamic Tanh) normalizes nothing: it is the element-wise layer that Zhu et al.
+(2025) put where LayerNorm was, :math:`\gamma \tanh(\alpha x) + \beta`.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from ._checks import WS_CONVENTIONS
 from .axes import Layout
 from .core import Normalized, compute_dtype, normalize_formula
 from .grad import Normalize, WeightStandardize
+from .grad_dyt import DyTFunction, dyt_formula
 
 __all__ = [
     "normalize", "normalize_formula", "Normalized", "batch_norm", "layer_norm",
@@ -265,3 +271,40 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
     if alpha != 1:
         y = alpha * y + (1 - alpha) * input.to(cdt)
     return y.to(input.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamic Tanh (the "do we need normalization at all" chapter)
+# ---------------------------------------------------------------------------------------
+__all__ += ["dyt"]
+
+
+def dyt(input, alpha, weight=None, bias=None, *, channels_last: bool = True,
+        normalized_shape=None):
+    r"""Dynamic Tanh (Zhu, Chen, He, LeCun & Liu 2025): an element-wise stand-in for
+    LayerNorm, with no statistics.
+
+    .. math:: \operatorname{DyT}(x) = \gamma \odot \tanh(\alpha x) + \beta
+
+    Args:
+        input: any shape with ``channels_last=True``; ``(N, C, *)`` otherwise.
+        alpha: the learned scalar, a tensor of shape ``(1,)`` (as the paper's code keeps it)
+            or ``()``.
+        weight, bias: gamma and beta, or None.  ``channels_last=True``: the shape of the
+            input's trailing dims (LayerNorm's ``normalized_shape``); ``channels_last=False``:
+            ``(C,)``, one per channel of dim 1 (the paper's code for ``(N, C, H, W)``
+            ConvNeXt inputs, here for any number of spatial dims).
+        channels_last: where gamma and beta live (keyword only).
+        normalized_shape: optional (keyword only); if given, the input's trailing dims (or
+            ``(C,)``) must equal it even without weight and bias.
+    Shape:
+        the output has the shape and dtype of ``input``; float16 / bfloat16 are computed in
+        float32 and cast back.
+
+    With a gradient to compute it runs :class:`normcore.grad_dyt.DyTFunction`, the
+    hand-derived backward; otherwise the formula, in place on one temporary.
+    """
+    lay = checks.dyt_layout(input, alpha, weight, bias, channels_last, normalized_shape)
+    if _needs_grad(input, alpha, weight, bias):
+        return DyTFunction.apply(input, alpha, weight, bias, lay)
+    return dyt_formula(input, alpha, weight, bias, lay)

@@ -85,8 +85,9 @@ def test_the_cycle_finder_finds_cycles():
     ("normcore._checks", {"normcore.axes", "normcore.stats"}),
     ("normcore.core", {"normcore.axes"}),
     ("normcore.grad", {"normcore._checks", "normcore.axes", "normcore.core"}),
+    ("normcore.grad_dyt", {"normcore._checks", "normcore.axes", "normcore.core"}),
     ("normcore.functional", {"normcore._checks", "normcore.axes", "normcore.core",
-                             "normcore.grad", "normcore.stats"}),
+                             "normcore.grad", "normcore.grad_dyt", "normcore.stats"}),
     ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.stats"}),
     ("normcore.launch", set()),
     # the real data sets: the cache's location is the experiments' (one setting), nothing else

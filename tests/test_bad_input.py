@@ -25,10 +25,15 @@ x4 = torch.randn(2, 6, 3, 3)
     (lambda: F.batch_norm(x4, None, None, training=False), ValueError, "running_mean and running_var"),
     (lambda: F.instance_norm(x4, use_input_stats=False), ValueError, "running_mean and running_var"),
     (lambda: F.weight_standardize(torch.randn(6)), ValueError, "(C_out, C_in, *kernel)"),
+    (lambda: F.dyt(torch.randn(5), torch.ones(1), channels_last=False), ValueError, "(N, C, *)"),
+    (lambda: F.dyt(x4, torch.ones(6)), ValueError, "alpha has shape (6,), expected one scalar"),
     # normalized_shape not matching the trailing dims
     (lambda: F.layer_norm(x4, (4, 3)), ValueError, "expected input with shape [*, 4, 3]"),
     (lambda: F.layer_norm(x4, (3,), torch.ones(4)), ValueError, "weight has shape (4,)"),
     (lambda: nn.LayerNorm(4)(x4), ValueError, "normalized_shape"),
+    (lambda: nn.DyT(4)(x4), ValueError, "expected input with shape [*, 4]"),
+    (lambda: F.dyt(x4, torch.ones(1), torch.ones(6)), ValueError, "needs channels_last=False"),
+    (lambda: nn.DyT(4, channels_last=False)(x4), ValueError, "expected (6,)"),
     # num_groups not dividing the channels
     (lambda: F.group_norm(x4, 4), ValueError, "divisible by num_groups"),
     (lambda: nn.GroupNorm(4, 6), ValueError, "num_channels must be divisible by num_groups"),
@@ -49,6 +54,8 @@ x4 = torch.randn(2, 6, 3, 3)
     (lambda: nn.GroupNorm(1, 3)(torch.ones(2, 3, dtype=torch.uint8)), TypeError, "floating-point"),
     (lambda: nn.BatchNorm1d(3)(torch.ones(2, 3, dtype=torch.bool)), TypeError, ".float()"),
     (lambda: F.weight_standardize(torch.ones(3, 3, dtype=torch.int64)), TypeError, "floating-point"),
+    (lambda: nn.DyT(3)(torch.ones(2, 3, dtype=torch.long)), TypeError, "floating-point"),
+    (lambda: F.dyt(x4, torch.ones(1, dtype=torch.long)), TypeError, "alpha has dtype torch.int64"),
     (lambda: F.group_norm([[1.0, 2.0]], 1), TypeError, "torch.Tensor"),
     # eps <= 0
     (lambda: F.batch_norm(x4, None, None, training=True, eps=0.0), ValueError, "eps=0.0 must be > 0"),

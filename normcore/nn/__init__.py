@@ -13,23 +13,26 @@ from whether gradients are enabled.
 One module per family, as in ``torch.nn.modules``: :mod:`~normcore.nn.batchnorm`
 (BatchNorm1d/2d/3d, SyncBatchNorm), :mod:`~normcore.nn.instancenorm`,
 :mod:`~normcore.nn.normalization` (LayerNorm, RMSNorm, GroupNorm), :mod:`~normcore.nn.conv`
-(WSConv1d/2d/3d, ScaledStdConv2d, convert_to_ws).
+(WSConv1d/2d/3d, ScaledStdConv2d, convert_to_ws), and :mod:`~normcore.nn.dyt` (DyT, the
+element-wise stand-in for LayerNorm of Zhu et al. 2025, and convert_ln_to_dyt; its
+parameter names are those of the paper's code, as torch.nn has no DyT).
 """
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
 from .conv import ScaledStdConv2d, WSConv1d, WSConv2d, WSConv3d, convert_to_ws
+from .dyt import DyT, convert_ln_to_dyt
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .normalization import GroupNorm, LayerNorm, RMSNorm
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "InstanceNorm1d",
     "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
-    "ScaledStdConv2d", "WSConv1d", "WSConv3d", "convert_to_ws",
+    "ScaledStdConv2d", "WSConv1d", "WSConv3d", "convert_to_ws", "DyT", "convert_ln_to_dyt",
 ]
 
 # the public classes answer to the public name (as in reprs, errors and pickles)
 for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, InstanceNorm1d,
              InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm, ScaledStdConv2d,
-             WSConv1d, WSConv3d):
+             WSConv1d, WSConv3d, DyT):
     _cls.__module__ = __name__
 del _cls
