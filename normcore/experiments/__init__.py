@@ -10,10 +10,16 @@
 * :mod:`normcore.experiments.ws`: a tiny CNN trained with BN, GN or WS + GN at any batch
   size (the Weight Standardization chapter).
 
+Every run goes through :mod:`normcore.experiments.runner` (seeds, intervals, the cache);
+:mod:`normcore.experiments.sweeps` names the full sweeps behind the figures, their reduced
+versions and their committed results, and ``python -m normcore.experiments`` lists, runs and
+shows them.
+
 The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
 the process-based comparison is imported on first use (``experiments.sync``), since it
 starts processes and needs :mod:`torch.distributed`, and so are the training experiments
-(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``).
+(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``) and the registry
+(``experiments.sweeps``).
 """
 from __future__ import annotations
 
@@ -22,10 +28,11 @@ import importlib
 from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
-__all__ = list(_running_all) + ["running", "sync", "prenorm", "group", "ws"]
+_LAZY = ("running", "sync", "prenorm", "group", "ws", "sweeps")
+__all__ = list(_running_all) + list(_LAZY)
 
 
 def __getattr__(name: str):
-    if name in ("running", "sync", "prenorm", "group", "ws"):
+    if name in _LAZY:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
