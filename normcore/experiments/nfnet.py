@@ -44,6 +44,7 @@ import math
 import torch
 import torch.nn.functional as TF
 
+from .. import axes
 from .. import nn as ncnn
 from .runner import Experiment
 
@@ -189,8 +190,9 @@ def signal_propagation(seed: int, kind: str, blocks: int = 4, width: int = 16,
     net = resnet(kind, blocks, width, alpha).double()
     with torch.no_grad():
         feats = net.features(x)
-    return {"mean_sq": [float((h.mean((0, 2, 3)) ** 2).mean()) for h in feats],
-            "var": [float(h.var((0, 2, 3), correction=0).mean()) for h in feats]}
+    per_channel = axes.reduce_dims("batch", feats[0].shape)      # BatchNorm's set: N, H, W
+    return {"mean_sq": [float((h.mean(per_channel) ** 2).mean()) for h in feats],
+            "var": [float(h.var(per_channel, correction=0).mean()) for h in feats]}
 
 
 def trained(seed: int, kind: str, steps: int = 100, batch: int = 64, lr: float = 0.05,

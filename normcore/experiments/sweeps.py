@@ -303,7 +303,7 @@ _TSIZES = [dict(norm="layer", n_train=n) for n in (250, 1000)] \
 register(Sweep(
     "transformer", "normcore.experiments.transformer:COMPARE",
     configs=_T4000 + _TSIZES, seeds=range(10),
-    reduced_configs=[c for c in _T4000 if c.get("alpha0") in (None, 0.5, 4.0)]
+    reduced_configs=[c for c in _T4000 if c["norm"] == "layer" or c.get("alpha0") in (0.5, 4.0)]
     + [dict(norm="layer", n_train=250), dict(norm="dyt", alpha0=0.5, n_train=250)],
     reduced_seeds=range(5),
     description="a tiny transformer on MNIST-1D with LayerNorm, RMSNorm, DyT (initial alpha 0.5 "
@@ -316,7 +316,8 @@ _NF = [dict(kind=k, steps=s, lr=lr) for k in ("bn", "nf") for s, lr in ((100, 0.
 register(Sweep(
     "nfnet", "normcore.experiments.nfnet:TRAIN",
     configs=_NF, seeds=range(10),
-    reduced_configs=[dict(kind=k, steps=100, lr=0.05) for k in ("bn", "nf")], reduced_seeds=range(5),
+    reduced_configs=[dict(kind=k, steps=100, lr=0.05) for k in ("bn", "nf")],
+    reduced_seeds=range(5),
     description="a small pre-activation ResNet on the 8 x 8 digits with BatchNorm or "
                 "normalizer-free (Scaled WS, alpha and beta), 100 or 300 SGD steps at "
                 "learning rate 0.05, and 100 at 0.2; test accuracy",
