@@ -303,8 +303,7 @@ _TSIZES = [dict(norm="layer", n_train=n) for n in (250, 1000)] \
 register(Sweep(
     "transformer", "normcore.experiments.transformer:COMPARE",
     configs=_T4000 + _TSIZES, seeds=range(10),
-    reduced_configs=[c for c in _T4000 if c["norm"] == "layer" or c.get("alpha0") in (0.5, 4.0)]
-    + [dict(norm="layer", n_train=250), dict(norm="dyt", alpha0=0.5, n_train=250)],
+    reduced_configs=[c for c in _T4000 if c["norm"] == "layer" or c.get("alpha0") in (0.5, 4.0)],
     reduced_seeds=range(5),
     description="a tiny transformer on MNIST-1D with LayerNorm, RMSNorm, DyT (initial alpha 0.5 "
                 "to 4) or no norm, on 4,000 training signals, and LayerNorm against DyT on 250 "
