@@ -47,6 +47,7 @@ import torch.nn.functional as TF
 from .. import axes
 from .. import nn as ncnn
 from .runner import Experiment
+from .training import evaluate, train_cosine
 
 __all__ = ["KINDS", "GAMMA_RELU", "NFBlock", "resnet", "expected_variances", "digits",
            "signal_propagation", "trained", "TRAIN"]
@@ -204,22 +205,10 @@ def trained(seed: int, kind: str, steps: int = 100, batch: int = 64, lr: float =
     torch.manual_seed(seed)
     net = resnet(kind, blocks, width, alpha)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / steps)))
-    gen = torch.Generator().manual_seed(1000 + seed)
-    for _ in range(steps):
-        idx = torch.randint(0, len(x), (batch,), generator=gen)
-        loss = TF.cross_entropy(net(x[idx]), y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    net.eval()
-    with torch.no_grad():
-        out, fit = net(x_test), net(x)
-    return {"test_accuracy": float((out.argmax(1) == y_test).float().mean()),
-            "test_loss": float(TF.cross_entropy(out, y_test)),
-            "train_accuracy": float((fit.argmax(1) == y).float().mean())}
+    train_cosine(net, opt, x, y, steps, batch, seed)           # cosine from lr to 0
+    test_accuracy, test_loss = evaluate(net, x_test, y_test)
+    return {"test_accuracy": test_accuracy, "test_loss": test_loss,
+            "train_accuracy": evaluate(net, x, y)[0]}
 
 
 #: The chapter's runs: configs ``{"kind"}`` (and ``steps``, ``lr``, ``blocks``, ``width``).

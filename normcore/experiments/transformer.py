@@ -47,6 +47,7 @@ import torch.nn.functional as TF
 
 from .. import nn as ncnn
 from .runner import Experiment
+from .training import evaluate, train_cosine
 
 __all__ = ["NORMS", "PLACEMENTS", "TinyTransformer", "data", "train_model", "trained",
            "norm_io", "tanh_fit", "TanhFit", "COMPARE"]
@@ -179,24 +180,10 @@ def train_model(seed: int, norm: str = "layer", placement: str = "pre", n_train:
     torch.manual_seed(seed)
     net = TinyTransformer(norm, placement, C, M, heads, alpha0).to(dtype)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0, fused=True)
-    # cosine from lr to 0 over the run
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: 0.5 * (1 + math.cos(math.pi * t / steps)))
-    gen = torch.Generator().manual_seed(1000 + seed)
-    for _ in range(steps):
-        idx = torch.randint(0, n_train, (batch,), generator=gen)
-        loss = TF.cross_entropy(net(x[idx]), y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    net.eval()
-    with torch.no_grad():
-        out = net(x_test)
-        fit = net(x[:1000])
-    return net, {"test_accuracy": float((out.argmax(1) == y_test).float().mean()),
-                 "test_loss": float(TF.cross_entropy(out, y_test)),
-                 "train_accuracy": float((fit.argmax(1) == y[:1000]).float().mean())}
+    train_cosine(net, opt, x, y, steps, batch, seed)           # cosine from lr to 0
+    test_accuracy, test_loss = evaluate(net, x_test, y_test)
+    return net, {"test_accuracy": test_accuracy, "test_loss": test_loss,
+                 "train_accuracy": evaluate(net, x[:1000], y[:1000])[0]}
 
 
 def trained(seed: int, norm: str, **config) -> dict[str, float]:
