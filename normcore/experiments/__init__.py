@@ -8,7 +8,12 @@
 * :mod:`normcore.experiments.group`: a small CNN trained with GroupNorm at each number of
   groups ``G`` (the GroupNorm chapter);
 * :mod:`normcore.experiments.ws`: a tiny CNN trained with BN, GN or WS + GN at any batch
-  size (the Weight Standardization chapter).
+  size (the Weight Standardization chapter);
+* :mod:`normcore.experiments.transformer`: a tiny transformer on MNIST-1D with LayerNorm,
+  RMSNorm, DyT or no norm, and the S-curves of its norms (chapter 9);
+* :mod:`normcore.experiments.nfnet`: a small ResNet on the digits with BatchNorm or
+  normalizer-free, and its signal propagation (chapter 9); both train with
+  :mod:`normcore.experiments.training`.
 
 Every run goes through :mod:`normcore.experiments.runner` (seeds, intervals, the cache);
 :mod:`normcore.experiments.sweeps` names the full sweeps behind the figures, their reduced
@@ -18,7 +23,8 @@ shows them.
 The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
 the process-based comparison is imported on first use (``experiments.sync``), since it
 starts processes and needs :mod:`torch.distributed`, and so are the training experiments
-(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``) and the registry
+(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``,
+``experiments.transformer``, ``experiments.nfnet``) and the registry
 (``experiments.sweeps``).
 """
 from __future__ import annotations
@@ -28,7 +34,8 @@ import importlib
 from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
-_LAZY = ("running", "sync", "prenorm", "group", "ws", "sweeps")
+_LAZY = ("running", "sync", "prenorm", "group", "ws", "transformer", "nfnet", "training",
+         "sweeps")
 __all__ = list(_running_all) + list(_LAZY)
 
 

@@ -295,3 +295,29 @@ register(Sweep(
     description="BN, GN and WS + GN at batch sizes 2 to 32 (3 epochs), and at 32 for 48 epochs "
                 "(the steps of N = 2): a tiny CNN on stripe images; test accuracy",
     figure="chapter 7, WS + GN at a batch of 2 (Qiao et al. 2019)"))
+
+_T4000 = [dict(norm=n, n_train=4000) for n in ("layer", "rms", "none")] \
+    + [dict(norm="dyt", alpha0=a, n_train=4000) for a in (0.5, 1.0, 2.0, 4.0)]
+_TSIZES = [dict(norm="layer", n_train=n) for n in (250, 1000)] \
+    + [dict(norm="dyt", alpha0=a, n_train=n) for n in (250, 1000) for a in (0.5, 4.0)]
+register(Sweep(
+    "transformer", "normcore.experiments.transformer:COMPARE",
+    configs=_T4000 + _TSIZES, seeds=range(10),
+    reduced_configs=[c for c in _T4000 if c["norm"] == "layer" or c.get("alpha0") in (0.5, 4.0)],
+    reduced_seeds=range(5),
+    description="a tiny transformer on MNIST-1D with LayerNorm, RMSNorm, DyT (initial alpha 0.5 "
+                "to 4) or no norm, on 4,000 training signals, and LayerNorm against DyT on 250 "
+                "and 1,000: 300 AdamW steps; test accuracy",
+    figure="chapter 9, DyT against LayerNorm (Zhu et al. 2025) and the data regime"))
+
+_NF = [dict(kind=k, steps=s, lr=lr) for k in ("bn", "nf") for s, lr in ((100, 0.05), (300, 0.05),
+                                                                       (100, 0.2))]
+register(Sweep(
+    "nfnet", "normcore.experiments.nfnet:TRAIN",
+    configs=_NF, seeds=range(10),
+    reduced_configs=[dict(kind=k, steps=100, lr=0.05) for k in ("bn", "nf")],
+    reduced_seeds=range(5),
+    description="a small pre-activation ResNet on the 8 x 8 digits with BatchNorm or "
+                "normalizer-free (Scaled WS, alpha and beta), 100 or 300 SGD steps at "
+                "learning rate 0.05, and 100 at 0.2; test accuracy",
+    figure="chapter 9, normalizer-free ResNets (Brock et al. 2021)"))
