@@ -34,6 +34,10 @@ from normcore.classroom.student import dumps, write_student
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+# Chapters of "Putting it together" that have no exercises yet: a gap, listed so that it is
+# seen (every other chapter has at least three, one of them checked). A chapter leaves the
+# list when it gets its exercises; the tests fail if a listed chapter has some.
+NO_EXERCISES_YET = {"09_without_normalization"}
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
@@ -202,10 +206,15 @@ def test_exercise_overview_reads_a_copy_without_solutions(tmp_path):
 def test_every_chapter_has_a_checked_exercise():
     from normcore.classroom import exercises_of
 
-    paths = sorted((ROOT / "chapters").glob("0[1-9]_*.ipynb"))
+    paths = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
     rows = exercises_of(paths)
-    assert len(paths) == 7
-    assert {r["chapter"] for r in rows if r["op"]} == {p.stem for p in paths}
+    # the chapters that teach a layer (1 to 7) each have a checked coding exercise; the
+    # later ones at least three exercises (test_student_chapters_run_with_only_stubs_...)
+    teaching = {p.stem for p in paths if int(p.stem[:2]) <= 7}
+    assert len(teaching) == 7
+    with_one = {r["chapter"] for r in rows if r["op"]}
+    assert with_one >= teaching
+    assert not {r["chapter"] for r in rows} & NO_EXERCISES_YET
 
 
 def test_student_notebook_has_stubs_and_nbgrader_metadata(student):
@@ -453,7 +462,8 @@ def test_student_chapters_run_with_only_stubs_unimplemented():
     one kernel), executed as an untouched submission: every coding exercise is reported as
     not implemented, and no cell fails.  NORMCORE_FULL_STUDENT_RUN=1 executes each whole
     chapter in its own kernel instead (slower)."""
-    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS]
+    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS
+                if p.stem not in NO_EXERCISES_YET]
     if os.environ.get("NORMCORE_FULL_STUDENT_RUN") == "1":
         runs = students
     else:
