@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Callable, Mapping, Sequence
@@ -60,8 +61,7 @@ from . import functional as F
 
 __all__ = ["Row", "ROWS", "KEYS", "Measured", "make", "sets_by_jacobian", "expected_sets",
            "measure", "mismatches", "sync_exchange", "load_cost", "COST_FILE", "cost_ratio",
-           "set_words", "affine_words", "communication_words", "gradient_words",
-           "table_markdown"]
+           "set_words", "CELL_CHARS", "table_cells", "table_markdown"]
 
 #: Where the measured cost lives (written by ``benchmarks/speed.py --json``).
 COST_FILE = "cost.json"
@@ -72,7 +72,8 @@ class Row:
     """One layer of the table.  ``sets``: the :data:`normcore.axes.TABLE` key whose set the
     layer normalizes over (``None``: no set, DyT); ``on``: ``"activations"`` or ``"weight"``.
     ``parameters`` and ``buffers`` are the module's names at PyTorch's defaults; ``used`` is
-    where it is used, in MyST markdown with its citations; ``notes`` qualify an invariance."""
+    where it is used, in a few words (the chapter's section "Where each is used" cites the
+    papers); ``notes`` qualify an invariance."""
 
     key: str
     title: str
@@ -123,27 +124,18 @@ _BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 #: The seven layers, in the order of the table.
 ROWS: dict[str, Row] = {r.key: r for r in (
     Row("batch", "BatchNorm", "BN", "batch", "activations", ("weight", "bias"), _BN_BUFFERS,
-        used="CNNs trained with large batches (ResNet {cite}`he2016deep`); in detection, "
-             "synchronized across GPUs {cite}`peng2018megdet` or frozen (eval mode) "
-             "{cite}`wu2018group`"),
+        used="CNNs, large batches"),
     Row("layer", "LayerNorm", "LN", "layer", "activations", ("weight", "bias"),
-        used="transformers {cite}`vaswani2017attention`, per token over $C$; ConvNeXt, per "
-             "position over $C$ {cite}`liu2022convnet`"),
-    Row("rms", "RMSNorm", "RMSNorm", "rms", "activations", ("weight",),
-        used="large language models: LLaMA, before every sublayer {cite}`touvron2023llama`"),
+        used="transformers"),
+    Row("rms", "RMSNorm", "RMSNorm", "rms", "activations", ("weight",), used="LLMs (LLaMA)"),
     Row("instance", "InstanceNorm", "IN", "instance", "activations", (),
-        used="style transfer and image generation {cite}`ulyanov2016instance`; AdaIN "
-             "{cite}`huang2017arbitrary`"),
+        used="style transfer"),
     Row("group", "GroupNorm", "GN", "group", "activations", ("weight", "bias"),
-        used="detection and segmentation with 1 or 2 images per GPU (Mask R-CNN "
-             "{cite}`he2017mask` with GN {cite}`wu2018group`)"),
+        used="detection"),
     Row("ws", "Weight Standardization", "WS", "layer", "weight", ("weight", "bias"),
-        used="with GN at micro-batches {cite}`qiao2019weight`; BiT "
-             "{cite}`kolesnikov2020big`; scaled, without activation norms, in NF-Nets "
-             "{cite}`brock2021high`",
-        notes={"shift per sample": "without zero padding"}),
+        used="with GN; NF-Nets", notes={"shift per sample": "without zero padding"}),
     Row("dyt", "Dynamic Tanh", "DyT", None, "activations", ("alpha", "weight", "bias"),
-        used="in place of LN or RMSNorm in transformers {cite}`zhu2025transformers`"),
+        used="in place of LN"),
 )}
 KEYS = tuple(ROWS)
 
@@ -374,10 +366,6 @@ def load_cost(path=None) -> dict:
 # ---------------------------------------------------------------------------------------
 # the table, in MyST markdown
 # ---------------------------------------------------------------------------------------
-_AFFINE_WORDS = {"channel": "one per channel, $(C)$",
-                 "normalized_shape": "one per element of `normalized_shape`"}
-
-
 def set_words(row: Row, tex: bool = True) -> str:
     """The set :math:`S_i` in words, from :mod:`normcore.axes` (WS: read on the weight);
     ``tex=False``: without math markup, for printing."""
@@ -390,47 +378,6 @@ def set_words(row: Row, tex: bool = True) -> str:
     return words + ("" if row.centers else " (no mean subtracted)")
 
 
-def affine_words(row: Row) -> str:
-    """Where the learned scale and shift live, from :data:`normcore.axes.AFFINE` and the
-    module's parameters at the defaults."""
-    if row.key == "ws":
-        return "none of its own: the convolution's weight and bias"
-    if row.sets is None:
-        return "one per channel, and a scalar $\\alpha_{\\mathrm{DyT}}$"
-    words = _AFFINE_WORDS[axes.AFFINE[row.sets]]
-    if not row.parameters:
-        return f"none (`affine=False`); with `affine=True`, {words}"
-    if "bias" not in row.parameters:
-        return f"$\\gamma$ only, {words}"
-    return words
-
-
-def communication_words(row: Row) -> str:
-    """What data-parallel training exchanges for the statistics (SyncBatchNorm's collectives,
-    :func:`sync_exchange`), beyond the gradients every parameter's all-reduce carries."""
-    if row.batch_dependent:
-        return ("with SyncBN, $2C + 1$ numbers forward and $2C$ backward, per layer and step; "
-                "without, each device normalizes its own share of the batch")
-    return "nothing"
-
-
-_SYMBOLS = {"weight": "$\\gamma$", "bias": "$\\beta$", "alpha": "$\\alpha_{\\mathrm{DyT}}$"}
-
-
-def gradient_words(row: Row) -> str:
-    """The parameters whose gradients data-parallel training all-reduces (as every
-    parameter's: each device's is a partial sum over its shard)."""
-    if row.on == "weight":
-        return "the convolution's weight and bias"
-    if not row.parameters:
-        return "nothing ($\\gamma, \\beta$ with `affine=True`)"
-    return ", ".join(_SYMBOLS[p] for p in row.parameters)
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 def cost_ratio(cost: dict, key: str, who: str = "torch", kind: str = "fwd+bwd",
                reference: str = "conv3x3") -> float:
     """``key``'s time over the reference's (torch's), on the least disturbed runs (min)."""
@@ -440,33 +387,111 @@ def cost_ratio(cost: dict, key: str, who: str = "torch", kind: str = "fwd+bwd",
     return mine[kind]["min"] / cost["times"][reference]["torch"][kind]["min"]
 
 
+#: The longest entry of the table, markup aside: a word, a symbol, a number, a short phrase;
+#: whatever needs a sentence is a numbered note under the table.
+CELL_CHARS = 20
+# (one formula per symbol: a narrow column may break the line between them)
+_ROLE_SYMBOLS = {"N": "$N$", "C": "$C$", "G": "$C/G$", "S": "$H$, $W$"}
+_AFFINE_WORDS = {"channel": "channel", "normalized_shape": "element"}
+_PARAM_SYMBOLS = {"alpha": "$\\alpha_{\\mathrm{DyT}}$", "weight": "$\\gamma$", "bias": "$\\beta$"}
+_SUP = "<sup>{}</sup>"
+_SOFT_HYPHENS = {"RMSNorm": "RMS&shy;Norm", "transformers": "trans&shy;formers"}
+
+
+class _Notes:
+    """The notes under the table: a mark per distinct text, numbered by :func:`table_cells`
+    in reading order (line by line)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, cell: str, text: str) -> str:
+        if text not in self.texts:
+            self.texts.append(text)
+        return f"{cell}\0{self.texts.index(text)}\0"
+
+
+def _cells(row: Row, note: _Notes, cost: dict | None) -> dict[str, str]:
+    """Row ``row``'s column of the table: short entries, the rest in ``note``s."""
+    yes = {True: "yes", False: "no"}
+    ws, dyt = row.on == "weight", row.sets is None
+    if dyt:
+        sets = "$x_i$ alone"
+    elif ws:
+        sets = note("a filter", "WS: one filter of the weight $(C_\\text{out}, C_\\text{in}, "
+                    "k_h, k_w)$, its $C_\\text{in} k_h k_w$ weights, LN's set on the weight; it "
+                    "subtracts the filter's mean and divides by the filter's spread, not by a "
+                    "spread of its input")
+    else:
+        sets = ", ".join(_ROLE_SYMBOLS[r] for r in ("N", "C", "G", "S") if r in row.roles)
+    if ws:
+        affine = grads = note("the conv's", "WS has no $\\gamma, \\beta$ of its own: the "
+                              "convolution's weight and bias are its parameters")
+    elif not row.parameters:
+        affine = grads = note("none", "`affine=False`, PyTorch's default for IN; with "
+                              "`affine=True`, one $\\gamma$ and one $\\beta$ per channel")
+    else:
+        affine = ("channel, and $\\alpha_{\\mathrm{DyT}}$" if dyt else
+                  _AFFINE_WORDS[axes.AFFINE[row.sets]]
+                  + ("" if "bias" in row.parameters else " ($\\gamma$ only)"))
+        grads = ", ".join(_PARAM_SYMBOLS[p] for p in row.parameters)
+    cells = {
+        "$S_i$ spans": sets,
+        "subtracts a mean": yes[row.centers],
+        "divides by a spread": yes[row.scales],
+        "$\\gamma, \\beta$: one per": affine,
+        "depends on the batch (training)": yes[row.batch_dependent],
+        "train ≠ eval mode": yes[row.train_eval_differ],
+        "running buffers": (note(str(len(row.buffers)), ", ".join(f"`{b}`" for b in row.buffers))
+                            if row.buffers else "none"),
+        "**does not see its input's**": ""}
+    for t in invariance.INPUT_TRANSFORMS:
+        cells[t] = note(yes[row.invariant(t)], f"{row.short}: {row.notes[t]}") \
+            if t in row.notes else yes[row.invariant(t)]
+    cells["**data-parallel training**"] = ""
+    cells["sent for $S_i$"] = note("$2C+1$ / $2C$", (
+        "SyncBN's exchange per layer and step, forward / backward; without SyncBN, nothing: "
+        "each device normalizes its own share of the batch")) if row.batch_dependent else "none"
+    cells["gradients all-reduced"] = grads
+    if cost is not None:
+        cells["**time, % of a 3×3 conv**"] = ""
+        for who in ("torch", "normcore"):
+            cells[who] = (f"{100 * cost_ratio(cost, row.key, who):.0f}%"
+                          if cost["times"][row.key][who] else "no op")
+    cells["{ref}`used in <choose-used>`"] = row.used
+    return cells
+
+
+def table_cells(cost: dict | None = None, rows: Sequence[str] = KEYS
+                ) -> tuple[dict[str, list[str]], list[str]]:
+    """The table as data: for each line's title, its entries (one per row of ``rows``), and
+    the notes their marks number from 1."""
+    note = _Notes()
+    columns = [_cells(ROWS[k], note, cost) for k in rows]
+    order: list[int] = []                       # the notes in reading order
+
+    def number(match: re.Match) -> str:
+        if int(match[1]) not in order:
+            order.append(int(match[1]))
+        return _SUP.format(order.index(int(match[1])) + 1)
+
+    lines = {title: [re.sub("\0(\\d+)\0", number, c[title]) for c in columns]
+             for title in columns[0]}
+    return lines, [note.texts[i] for i in order]
+
+
 def table_markdown(cost: dict | None = None, rows: Sequence[str] = KEYS) -> str:
-    """The chapter's table in MyST markdown: one column per layer, one line per property."""
-    rows = [ROWS[k] for k in rows]
+    """The chapter's table in MyST markdown: one column per layer, one line per property,
+    and the numbered notes under it."""
+    lines, notes = table_cells(cost, rows)
 
     def line(title: str, cells: Sequence[str]) -> str:
-        return "| " + " | ".join([title, *cells]) + " |"
+        text = "| " + " | ".join([title, *cells]) + " |"
+        for word, where in _SOFT_HYPHENS.items():       # the narrowest column may break it
+            text = text.replace(word, where)
+        return text
 
-    out = [line("", [r.short for r in rows]), "|" + "---|" * (len(rows) + 1)]
-    out.append(line("$S_i$", [set_words(r) for r in rows]))
-    out.append(line("$\\gamma, \\beta$", [affine_words(r) for r in rows]))
-    out.append(line("a sample's output depends on the batch (training)",
-                    [_yes(r.batch_dependent) for r in rows]))
-    out.append(line("train and eval mode differ", [_yes(r.train_eval_differ) for r in rows]))
-    out.append(line("running buffers", [", ".join(f"`{b}`" for b in r.buffers) or "none"
-                                        for r in rows]))
-    out.append(line("**invariant to its input's**", [""] * len(rows)))
-    for t in invariance.INPUT_TRANSFORMS:
-        out.append(line(t, [_yes(r.invariant(t)) + (f" ({r.notes[t]})" if t in r.notes else "")
-                            for r in rows]))
-    out.append(line("**data-parallel training**", [""] * len(rows)))
-    out.append(line("exchanged for the statistics", [communication_words(r) for r in rows]))
-    out.append(line("all-reduced with the gradients", [gradient_words(r) for r in rows]))
-    if cost is not None:
-        out.append(line("**time, forward + backward**", [""] * len(rows)))
-        for who in ("torch", "normcore"):
-            out.append(line(f"{who}, in % of a 3×3 convolution's",
-                            [f"{100 * cost_ratio(cost, r.key, who):.0f}%"
-                             if cost["times"][r.key][who] else "no op" for r in rows]))
-    out.append(line("used in", [r.used for r in rows]))
-    return "\n".join(out)
+    out = [line("", [ROWS[k].short for k in rows]), "|" + "---|" * (len(rows) + 1)]
+    out += [line(title, cells) for title, cells in lines.items()]
+    out += [""] + [f"{i}. {text}" for i, text in enumerate(notes, 1)]
+    return "\n".join(out).rstrip()
