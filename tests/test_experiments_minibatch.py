@@ -111,13 +111,19 @@ def test_the_layer_follows_its_bounds_and_mode():
 # --- ghost batches --------------------------------------------------------------------------
 
 def test_a_ghost_batch_of_the_whole_batch_is_batchnorm():
-    x = torch.randn(8, 4, 5, generator=torch.Generator().manual_seed(2))
-    ghost, bn = mb.GhostBatchNorm1d(4, 8, 8), ncnn.BatchNorm1d(4)
-    assert torch.equal(ghost(x), bn(x))
-    assert torch.equal(ghost.running_mean, bn.running_mean)
-    assert torch.equal(ghost.running_var, bn.running_var)
+    """normcore's BatchNorm1d, in float64: output, buffers, eval mode and gradients."""
+    x = torch.randn(8, 4, 5, generator=torch.Generator().manual_seed(2), dtype=f64)
+    x.requires_grad_()
+    ghost, bn = mb.GhostBatchNorm1d(4, 8, 8).double(), ncnn.BatchNorm1d(4, dtype=f64)
+    y, ref = ghost(x), bn(x)
+    assert torch.allclose(y, ref, atol=1e-12)
+    dy = torch.randn(8, 4, 5, generator=torch.Generator().manual_seed(3), dtype=f64)
+    assert torch.allclose(torch.autograd.grad(y, x, dy)[0], torch.autograd.grad(ref, x, dy)[0],
+                          atol=1e-12)
+    assert torch.allclose(ghost.running_mean, bn.running_mean, atol=1e-15)
+    assert torch.allclose(ghost.running_var, bn.running_var, atol=1e-15)
     ghost.eval(), bn.eval()
-    assert torch.equal(ghost(x), bn(x))
+    assert torch.allclose(ghost(x), bn(x), atol=1e-12)
 
 
 def test_a_ghost_batch_renorm_of_the_whole_batch_is_batch_renorm():

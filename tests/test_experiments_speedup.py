@@ -30,7 +30,17 @@ def test_the_same_seed_draws_the_same_weights_with_and_without_bn():
     assert all(torch.equal(a, b) for a, b in zip(plain, normed))
     layers = [type(m).__name__ for m in speedup.mlp(True)]
     assert layers == ["Linear", "BatchNorm1d", "Sigmoid"] * 3 + ["Linear"]
-    assert sum(isinstance(m, ncnn.BatchNorm1d) for m in speedup.mlp(True)) == 3
+    assert sum(isinstance(m, torch.nn.BatchNorm1d) for m in speedup.mlp(True)) == 3
+
+
+def test_the_bn_layers_compute_normcores_batchnorm():
+    torch.manual_seed(1)
+    layer = speedup.mlp(True)[1]
+    ours = ncnn.BatchNorm1d(100)
+    x = torch.randn(60, 100, dtype=torch.float64)
+    layer, ours = layer.double(), ours.double()
+    assert torch.allclose(layer(x), ours(x), atol=1e-12)
+    assert torch.allclose(layer.running_var, ours.running_var, atol=1e-15)
 
 
 def test_the_kept_steps_are_dense_early_and_sparse_late():

@@ -8,7 +8,12 @@
 * :mod:`normcore.experiments.group`: a small CNN trained with GroupNorm at each number of
   groups ``G`` (the GroupNorm chapter);
 * :mod:`normcore.experiments.ws`: a tiny CNN trained with BN, GN or WS + GN at any batch
-  size (the Weight Standardization chapter).
+  size (the Weight Standardization chapter);
+* :mod:`normcore.experiments.speedup`: a sigmoid MLP on the digits with and without BN, the
+  steps to a test accuracy (the papers' chapter);
+* :mod:`normcore.experiments.minibatch`: a 1-D CNN on MNIST-1D whose BN takes its statistics
+  over ghost batches of any size, dealt at random or by class, beside LN, IN, GN, WS + GN and
+  Batch Renorm (:mod:`normcore.experiments.renorm`) (the papers' chapter).
 
 Every run goes through :mod:`normcore.experiments.runner` (seeds, intervals, the cache);
 :mod:`normcore.experiments.sweeps` names the full sweeps behind the figures, their reduced
@@ -18,7 +23,7 @@ shows them.
 The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
 the process-based comparison is imported on first use (``experiments.sync``), since it
 starts processes and needs :mod:`torch.distributed`, and so are the training experiments
-(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``) and the registry
+(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``, ...) and the registry
 (``experiments.sweeps``).
 """
 from __future__ import annotations
@@ -28,7 +33,8 @@ import importlib
 from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
-_LAZY = ("running", "sync", "prenorm", "group", "ws", "sweeps")
+_LAZY = ("running", "sync", "prenorm", "group", "ws", "speedup", "minibatch", "renorm",
+         "sweeps")
 __all__ = list(_running_all) + list(_LAZY)
 
 

@@ -19,16 +19,17 @@ running buffers track :math:`\mu_B` and :math:`\sigma_B` (a standard deviation, 
 variance) by ``m <- m + momentum (batch - m)``.
 
 The part of the formula that is BN's, :math:`(x - \mu_B)/\sigma_B` with its gradient, is
-:func:`normcore.functional.batch_norm`; this module adds ``r``, ``d``, the clipping and the
-buffers.  :func:`schedule` is a warm-up of the clipping bounds in the manner of the paper's,
+BatchNorm's training forward (torch's fused kernel, the function
+:func:`normcore.functional.batch_norm` computes, faster on the small tensors of the chapter's
+runs); this module adds ``r``, ``d``, the clipping and the buffers.  :func:`schedule` is a warm-up of the clipping bounds in the manner of the paper's,
 for a run of any length.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as TF
 
 from .. import axes
-from .. import functional as F
 
 __all__ = ["batch_renorm", "BatchRenorm1d", "schedule"]
 
@@ -62,7 +63,7 @@ def batch_renorm(x: torch.Tensor, running_mean: torch.Tensor, running_std: torch
             d = ((mu_b - running_mean) / running_std).clamp(-d_max, d_max)
             running_mean.add_(momentum * (mu_b - running_mean))
             running_std.add_(momentum * (sigma_b - running_std))
-        xhat = F.batch_norm(x, None, None, training=True, eps=eps)     # (x - mu_B) / sigma_B
+        xhat = TF.batch_norm(x, None, None, training=True, eps=eps)    # (x - mu_B) / sigma_B
         xhat = xhat * r.view(view) + d.view(view)
     else:
         xhat = (x - running_mean.view(view)) / running_std.view(view)
