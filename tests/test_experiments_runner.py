@@ -69,6 +69,19 @@ def test_run_gives_per_seed_values_intervals_and_paired_differences(cache):
         res.values("accuracy", mu=0.0)
 
 
+def test_a_config_equal_to_the_query_wins_over_the_ones_that_include_it(cache):
+    """{"mu": 0.0} names that config, not also {"mu": 0.0, "n": 8}; a query that only some
+    configs include still has to name one of them."""
+    configs = [{"mu": 0.0}, {"mu": 0.0, "n": 8}, {"mu": 0.5, "n": 8}]
+    res = run(toy.NOISY_MEAN, configs, seeds=range(3), workers=1)
+    assert res.config(mu=0.0) == {"mu": 0.0}
+    assert res.config(mu=0.0, n=8) == {"mu": 0.0, "n": 8}
+    assert res.values("mean", mu=0.0) != res.values("mean", mu=0.0, n=8)    # 16 draws, not 8
+    assert len(res.table("mean").splitlines()) == 4               # every row found
+    with pytest.raises(KeyError, match="2 configs match"):
+        res.config(n=8)
+
+
 def test_a_second_run_reads_the_cache_and_a_changed_config_runs(cache):
     first = run(toy.NOISY_MEAN, [{"mu": 1.0}], seeds=(3, 4), workers=1)
     again = run(toy.NOISY_MEAN, [{"mu": 1.0}], seeds=(3, 4), workers=1)

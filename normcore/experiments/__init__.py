@@ -13,7 +13,12 @@
   RMSNorm, DyT or no norm, and the S-curves of its norms (chapter 9);
 * :mod:`normcore.experiments.nfnet`: a small ResNet on the digits with BatchNorm or
   normalizer-free, and its signal propagation (chapter 9); both train with
-  :mod:`normcore.experiments.training`.
+  :mod:`normcore.experiments.training`;
+* :mod:`normcore.experiments.speedup`: a sigmoid MLP on the digits with and without BN, the
+  steps to a test accuracy (the papers' chapter);
+* :mod:`normcore.experiments.minibatch`: a 1-D CNN on MNIST-1D whose BN takes its statistics
+  over ghost batches of any size, dealt at random or by class, beside LN, IN, GN, WS + GN and
+  Batch Renorm (:mod:`normcore.experiments.renorm`) (the papers' chapter).
 
 Every run goes through :mod:`normcore.experiments.runner` (seeds, intervals, the cache);
 :mod:`normcore.experiments.sweeps` names the full sweeps behind the figures, their reduced
@@ -23,8 +28,7 @@ shows them.
 The running-statistics names are re-exported here (``experiments.simulate_running_stats``);
 the process-based comparison is imported on first use (``experiments.sync``), since it
 starts processes and needs :mod:`torch.distributed`, and so are the training experiments
-(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``,
-``experiments.transformer``, ``experiments.nfnet``) and the registry
+(``experiments.prenorm``, ``experiments.group``, ``experiments.ws``, ...) and the registry
 (``experiments.sweeps``).
 """
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
 _LAZY = ("running", "sync", "prenorm", "group", "ws", "transformer", "nfnet", "training",
+         "speedup", "minibatch", "renorm",
          "sweeps")
 __all__ = list(_running_all) + list(_LAZY)
 

@@ -160,8 +160,11 @@ class Results:
     seconds: float = 0.0      # what the call took
 
     def config(self, **where: Any) -> Mapping[str, Any]:
-        """The one config whose items include ``where`` (an error if none or several)."""
-        found = [c for c in self.configs if _match(c, where)]
+        """The config equal to ``where``, or else the one config whose items include ``where``
+        (an error if none or several): ``{"norm": "bn"}`` names ``{"norm": "bn"}`` even
+        beside ``{"norm": "bn", "net": "flat"}``."""
+        exact = [c for c in self.configs if dict(c) == where]
+        found = exact or [c for c in self.configs if _match(c, where)]
         if len(found) != 1:
             raise KeyError(f"{self.experiment.name}: {len(found)} configs match {where}; "
                            f"the configs are {list(self.configs)}")

@@ -296,6 +296,43 @@ register(Sweep(
                 "(the steps of N = 2): a tiny CNN on stripe images; test accuracy",
     figure="chapter 7, WS + GN at a batch of 2 (Qiao et al. 2019)"))
 
+register(Sweep(
+    "speedup", "normcore.experiments.speedup:TRAIN",
+    configs=grid(bn=(False, True), lr=(0.3, 1.0, 3.0, 10.0)), seeds=range(10),
+    reduced_configs=grid(bn=(False, True), lr=(3.0,)), reduced_seeds=range(5),
+    description="a sigmoid MLP (3 x 100) with and without BN on the digits, 1500 SGD steps of "
+                "60 images: test accuracy every 10 steps, one unit's input percentiles",
+    figure="chapter 8, BatchNorm speeds up training (Ioffe & Szegedy 2015, Fig. 1)"))
+
+# the chapter's reduced sweeps share BN at N = 8 (random ghost batches) and GN: the noniid
+# one trains only the two runs the smallbatch one lacks
+_SMALL_REDUCED = [dict(norm="bn", group=2), dict(norm="bn", group=8), dict(norm="gn", group=32)]
+register(Sweep(
+    "smallbatch", "normcore.experiments.minibatch:TRAIN",
+    configs=grid(norm=("bn",), group=(2, 4, 8, 16, 32))
+    + grid(norm=("ln", "in", "gn", "ws+gn"), group=(32,))
+    + grid(norm=("bn",), group=(2, 32), net=("flat",)) + [dict(norm="gn", group=32, net="flat")],
+    seeds=range(10), reduced_configs=_SMALL_REDUCED, reduced_seeds=range(5),
+    description="a 1-D CNN on MNIST-1D, 600 Adam steps of 32: BN over ghost batches of 2 to 32 "
+                "signals, LN, IN, GN, WS + GN; strided and flat nets; test accuracy",
+    figure="chapter 8, small batches (Wu & He 2018, Table 2)"))
+
+_NONIID_REDUCED = [dict(norm="bn", group=8, grouping="sorted"),
+                   dict(norm="brn", group=8, grouping="sorted")]
+register(Sweep(
+    "noniid", "normcore.experiments.minibatch:TRAIN",
+    configs=[dict(norm="bn", group=8), dict(norm="brn", group=8)]      # grouping "random"
+    + grid(norm=("bn", "brn"), group=(8,), grouping=("sorted",))
+    + [dict(norm="bn", group=32), dict(norm="gn", group=32)]
+    + grid(norm=("bn", "brn"), group=(32,), sampling=("sorted",))
+    + [dict(norm="gn", group=32, sampling="sorted")],
+    seeds=range(10),
+    reduced_configs=_NONIID_REDUCED, reduced_seeds=range(5),
+    description="the 1-D CNN on MNIST-1D: BN and Batch Renorm over ghost batches of 8 formed at "
+                "random or sorted by class; class-sorted training batches for BN, Batch Renorm "
+                "and GN; eval-mode, batch-mode and population-statistics accuracy",
+    figure="chapter 8, non-i.i.d. batches (Ioffe 2017)"))
+
 _T4000 = [dict(norm=n, n_train=4000) for n in ("layer", "rms", "none")] \
     + [dict(norm="dyt", alpha0=a, n_train=4000) for a in (0.5, 1.0, 2.0, 4.0)]
 _TSIZES = [dict(norm="layer", n_train=n) for n in (250, 1000)] \
