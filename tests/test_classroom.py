@@ -548,7 +548,7 @@ def test_site_without_solutions_shows_no_solution(browser):
                       for p in CHAPTERS)
     shown += "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "chapters").glob("*.md"))
     secrets = {p.stem: [line for line in solution_texts(p) if line not in shown]
-               for p in CHAPTERS}
+               for p in CHAPTERS if p.stem not in NO_EXERCISES_YET}
     assert all(secrets.values())
     pages = sorted(str(p.relative_to(NOSOLUTIONS_HTML)) for p in NOSOLUTIONS_HTML.rglob("*.html")
                    if "_static" not in p.parts)
