@@ -46,13 +46,19 @@ except ImportError:  # pragma: no cover
 TARGET = 2.0
 
 
+def _activation(shape, g: torch.Generator):
+    """An activation of ``shape`` (N, C, ...), a per-channel gamma and beta drawn from ``g``
+    in that order, and running statistics at their initial values."""
+    x = torch.randn(shape, generator=g)
+    C = shape[1]
+    w, b = torch.rand(C, generator=g) + 0.5, torch.randn(C, generator=g)
+    return x, w, b, torch.zeros(C), torch.ones(C)
+
+
 def _cases(quick: bool):
     g = torch.Generator().manual_seed(0)
     big = (8, 64, 32, 32) if quick else (32, 64, 32, 32)
-    x = torch.randn(big, generator=g)
-    C = big[1]
-    w, b = torch.rand(C, generator=g) + 0.5, torch.randn(C, generator=g)
-    rm, rv = torch.zeros(C), torch.ones(C)
+    x, w, b, rm, rv = _activation(big, g)
     seq = torch.randn((8, 128, 512) if quick else (32, 256, 512), generator=g)
     wl, bl = torch.rand(512, generator=g) + 0.5, torch.randn(512, generator=g)
     conv_w = torch.randn(256, 128, 3, 3, generator=g)
@@ -172,11 +178,9 @@ def choose_cases(quick: bool):
     """(key, input, params, normcore fn or None, torch fn) for every row and reference."""
     g = torch.Generator().manual_seed(0)
     shape = (8, 64, 28, 28) if quick else (8, 64, 56, 56)
-    x = torch.randn(shape, generator=g)
+    x, w, b, rm, rv = _activation(shape, g)
     C = shape[1]
-    w, b = torch.rand(C, generator=g) + 0.5, torch.randn(C, generator=g)
     wl, bl = torch.rand(shape[1:], generator=g) + 0.5, torch.randn(shape[1:], generator=g)
-    rm, rv = torch.zeros(C), torch.ones(C)
     conv_w = torch.randn(C, C, 3, 3, generator=g) * (2 / (9 * C)) ** 0.5
     alpha = torch.full((1,), 0.5)
     return shape, [
