@@ -20,8 +20,8 @@ def cost_figure(cost: dict, keys: Sequence[str] = (*choose.KEYS, "batch eval"),
                 kind: str = "fwd+bwd", narrow: bool = False) -> Figure:
     """Horizontal bars: each layer's time (``kind``, the fastest round) in % of the 3x3
     convolution's on the same tensor (its fastest round too), torch's and normcore's side by
-    side, with a line on to the median round's; a layer normcore has no op for says so in
-    place of its bar.  ``narrow``: the phone layout."""
+    side, each labelled with its percentage at its end, and a thin line on to the median
+    round's, ending in a tick; a layer normcore has no op for says so in place of its bar.  ``narrow``: the phone layout."""
     names = {k: choose.ROWS[k].short if k in choose.ROWS else "BN, eval" for k in keys}
     if narrow:
         fig = phone.figure(4.6)
@@ -42,9 +42,12 @@ def cost_figure(cost: dict, keys: Sequence[str] = (*choose.KEYS, "batch eval"),
             top = max(top, median)
             ax.barh(y, pct, height=height, color=COLORS[who],
                     label=who if i == 0 else None)
-            ax.plot([pct, median], [y, y], color="0.25", lw=1,
-                    label="to the median round" if i == 0 and who == "torch" else None)
-            ax.text(median + 0.4, y, f"{pct:.0f}%", va="center", fontsize=9)
+            ax.plot([pct, median], [y, y], color="0.25", lw=1, marker="|", markevery=[1],
+                    markersize=7, zorder=1,
+                    label="on to the median round" if i == 0 and who == "torch" else None)
+            # the label names the bar (its fastest round) and sits on the line at the bar's end
+            ax.text(pct + 0.3, y, f"{pct:.0f}%", va="center", fontsize=9, zorder=3,
+                    bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none"))
     ax.set_yticks(range(len(keys)), [names[k] for k in keys], fontsize=10)
     ax.invert_yaxis()
     ax.set_xlim(0, top * 1.18)
