@@ -34,10 +34,6 @@ from normcore.classroom.student import dumps, write_student
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
-# Chapters of "Putting it together" that have no exercises yet: a gap, listed so that it is
-# seen (every other chapter has at least three, one of them checked). A chapter leaves the
-# list when it gets its exercises; the tests fail if a listed chapter has some.
-NO_EXERCISES_YET = {"09_without_normalization"}
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
@@ -208,13 +204,14 @@ def test_every_chapter_has_a_checked_exercise():
 
     paths = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
     rows = exercises_of(paths)
-    # the chapters that teach a layer (1 to 7) each have a checked coding exercise; the
-    # later ones at least three exercises (test_student_chapters_run_with_only_stubs_...)
+    # the chapters that teach a layer (1 to 7) and the one on DyT (9) each have a checked
+    # coding exercise; every chapter has at least three exercises
+    # (test_student_chapters_run_with_only_stubs_...)
     teaching = {p.stem for p in paths if int(p.stem[:2]) <= 7}
     assert len(teaching) == 7
     with_one = {r["chapter"] for r in rows if r["op"]}
-    assert with_one >= teaching
-    assert not {r["chapter"] for r in rows} & NO_EXERCISES_YET
+    assert with_one >= teaching | {"09_without_normalization"}
+    assert {r["chapter"] for r in rows} == {p.stem for p in paths}
 
 
 def test_student_notebook_has_stubs_and_nbgrader_metadata(student):
@@ -462,8 +459,7 @@ def test_student_chapters_run_with_only_stubs_unimplemented():
     one kernel), executed as an untouched submission: every coding exercise is reported as
     not implemented, and no cell fails.  NORMCORE_FULL_STUDENT_RUN=1 executes each whole
     chapter in its own kernel instead (slower)."""
-    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS
-                if p.stem not in NO_EXERCISES_YET]
+    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS]
     if os.environ.get("NORMCORE_FULL_STUDENT_RUN") == "1":
         runs = students
     else:
@@ -548,7 +544,7 @@ def test_site_without_solutions_shows_no_solution(browser):
                       for p in CHAPTERS)
     shown += "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "chapters").glob("*.md"))
     secrets = {p.stem: [line for line in solution_texts(p) if line not in shown]
-               for p in CHAPTERS if p.stem not in NO_EXERCISES_YET}
+               for p in CHAPTERS}
     assert all(secrets.values())
     pages = sorted(str(p.relative_to(NOSOLUTIONS_HTML)) for p in NOSOLUTIONS_HTML.rglob("*.html")
                    if "_static" not in p.parts)

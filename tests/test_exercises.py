@@ -543,6 +543,11 @@ from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402
 
 DIAGNOSES += GROUP_DIAGNOSES
 
+# --- Dynamic Tanh (the chapter without normalization, normcore/exercises/dyt.py)
+from test_exercises_dyt import DYT_CORRECT, DYT_DIAGNOSES  # noqa: E402
+
+DIAGNOSES += DYT_DIAGNOSES
+
 
 def _id(case):
     return f"{case[0]}-{case[1].__name__}"
@@ -597,7 +602,7 @@ CORRECT = [
     ("fold_bn", fold_correct, {"ndims": (2, 3, 4)}),
     ("chan_merge", chan_correct, {}),
     ("group_norm_backward", gn_bwd_correct, {}),
-] + ADAIN_CORRECT
+] + ADAIN_CORRECT + DYT_CORRECT
 
 
 @pytest.mark.parametrize("op", list(ex.OPS))

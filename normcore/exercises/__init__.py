@@ -82,6 +82,10 @@ op                               the student writes
                                  eps_bn) -> (weight, bias)``: a WS ``Conv2d`` (option
                                  ``convention=``) and an eval-mode BatchNorm folded into one
                                  plain ``Conv2d`` (:func:`normcore.fold.fold_ws`, ``fold_bn``)
+``dyt``                          ``f(x, alpha, gamma, beta, channels_last) -> y``: Dynamic Tanh,
+                                 ``gamma * tanh(alpha * x) + beta`` with alpha ``(1,)``, gamma,
+                                 beta ``(C,)`` on the last dim (``channels_last=True``) or on
+                                 dim 1 of ``(N, C, *)`` (:func:`normcore.functional.dyt`)
 ===============================  =============================================================
 
 Options of :func:`check`: ``seed`` (default 0) changes the inputs; ``ndims`` restricts the
@@ -114,6 +118,7 @@ module                      what it holds
 :mod:`.adain`               op ``adaptive_instance_norm`` (the InstanceNorm chapter)
 :mod:`.ws_fold`             op ``fold_ws`` (WS and BatchNorm folded for inference)
 :mod:`.group`               op ``group_norm_backward`` (the GroupNorm chapter)
+:mod:`.dyt`                 op ``dyt`` (Dynamic Tanh, the chapter without normalization)
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
@@ -148,7 +153,7 @@ from .report import Report
 #: The op families, one module each, in the order they register (the order of the ops in
 #: the catalogue table).  A new chapter's ops: add its module here.
 FAMILIES = ("forward", "ws", "running", "backward", "adain", "layer", "ws_fold",
-            "group")
+            "group", "dyt")
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 del _family
