@@ -420,6 +420,50 @@ def test_a_notebook_over_its_time_limit_is_killed():
     assert rows[0].status == "timed out" and "notebook ran longer than 16 s" in rows[0].detail
 
 
+@functools.lru_cache(maxsize=None)
+def death_runs():
+    """Grade, in a thread, two notebooks whose kernel dies: one function kills it with
+    SIGKILL when the check calls it; one solution cell ends it with exit code 3."""
+    cells = [c for label in ("ex-first", "ex-killed", "ex-after")
+             for c in exercise_cells(label, "batch_norm", label[3:], "    return x")]
+    student = student_notebook(new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC}),
+                               "dies")
+    killed = plant(student, {"ex-killed": "import os\n\n\ndef killed(x, gamma, beta, eps):\n"
+                                          "    os.kill(os.getpid(), 9)"})
+    exits = plant(student, {"ex-first": "import os\nos._exit(3)"})
+    pool = ThreadPoolExecutor(max_workers=1)
+    futures = [pool.submit(grade_notebook, nb, "zed", cell_timeout=30, timeout=120,
+                           memory=MEMORY) for nb in (killed, exits)]
+    pool.shutdown(wait=False)
+    return futures
+
+
+def test_a_killed_kernel_is_reported_as_dead_not_timed_out():
+    rows, ran = death_runs()[0].result()
+    by = {r.exercise: r for r in rows}
+    assert not ran["timed_out"] and ran["died"]["signal"] == 9, ran
+    assert by["ex-first"].status == "not implemented"       # graded before the kill
+    row = by["ex-killed"]
+    assert (row.status, row.score) == ("kernel died", 0), row
+    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) while the "
+                          "exercise's check ran your function")
+    row = by["ex-after"]
+    assert row.status == "kernel died", row
+    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) in the check cell of "
+                          "ex-killed, before this exercise was checked")
+    assert not alive(ran["kernel"])
+    assert "  kernel died: 1 of 1" in summary(rows)
+
+
+def test_a_kernel_that_exits_is_reported_with_its_exit_code():
+    rows, ran = death_runs()[1].result()
+    assert ran["died"]["exit_code"] == 3 and not ran["timed_out"], ran
+    for row in rows:
+        assert row.status == "kernel died", row
+        assert row.detail == ("the kernel died (it exited with code 3) in your solution cell "
+                              "of ex-first, before this exercise was checked")
+
+
 def alive(pid: int) -> bool:
     """Is ``pid`` a running process (not gone, not a zombie waiting to be reaped)?"""
     try:
