@@ -28,6 +28,7 @@ import test_exercises as student_style
 from normcore import exercises
 from normcore.classroom import MarkingError, read_exercises, student_notebook
 from normcore.classroom.__main__ import main
+from normcore.classroom.feedback import default_folder, file_name, write_feedback
 from normcore.classroom.grade import grade, grade_notebook, summary, write_csv
 from normcore.classroom.marking import solution_lines, source_text
 from normcore.classroom.student import dumps, write_student
@@ -392,6 +393,75 @@ def test_csv_and_summary(graded, tmp_path):
     key = PLANTED[0][4][0]
     assert f"  {exercises.CATALOGUE[key].title} [{key}]: 1 of 2" in text
     assert "  timed out: 1 of 2" in text and "carol: unreadable" in text
+
+
+def section(text: str, label: str) -> str:
+    """The part of a feedback file about exercise ``label``."""
+    start = text.index(f"## {label}:")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_feedback_file_per_student(graded, tmp_path):
+    _, rows, _ = graded
+    written = write_feedback(rows, tmp_path / "feedback")
+    assert [p.name for p in written] == ["alice.md", "bob.md", "carol.md", "dave.md"]
+    alice, bob = ((tmp_path / "feedback" / f"{n}.md").read_text() for n in ("alice", "bob"))
+    # right: the score, and nothing to change
+    total = 2 * len(PLANTED) + len(BROKEN)
+    assert f"Checked exercises: {total} of {total} points." in alice
+    first = section(alice, PLANTED[0][0])
+    assert first.startswith(f"## {PLANTED[0][0]}: 2 of 2 points")
+    assert "**Status:** `batch_norm`, passed" in first and "**What to change:** Nothing" in first
+    # a catalogued mistake: its name and key, and the checker's own words for this op
+    options = {fn: o for _, fn, o, _, _ in student_style.DIAGNOSES}
+    for label, op, _, fn, keys in PLANTED:
+        part = section(bob, label)
+        assert part.startswith(f"## {label}: 0 of 2 points"), part
+        report = exercises.check(op, fn, **options[fn])
+        assert len(report.advice) == len(keys)
+        for (key, did, why, fix), k in zip(report.advice, keys):
+            assert key == k and f"{exercises.CATALOGUE[key].title} (`{key}`)" in part
+            assert f"**What you did:** {did}" in part and f"**Why it is wrong:** {why}" in part
+            assert f"**What to change:** {fix}" in part, part
+    # the untouched stub: the checker's message says what to change
+    part = section(bob, "ex-broken-stub")
+    assert "**Status:** `batch_norm`, not implemented" in part
+    assert "Replace `raise NotImplementedError()` with your code." in " ".join(part.split())
+    # the rows no checker saw: a sentence per status
+    assert "look for a loop that never ends" in section(bob, "ex-broken-loop")
+    assert "SyntaxError" in section(bob, "ex-broken-syntax")
+    assert "**What to change:** Keep the function's name" in section(bob, "ex-broken-renamed")
+    assert "graded by hand" in section(bob, "ex-derivation").lower()
+    carol = (tmp_path / "feedback" / "carol.md").read_text()
+    assert "## The notebook" in carol and "not a readable notebook" in carol
+
+
+def test_grade_command_writes_feedback_beside_the_csv(tmp_path, capsys):
+    _, op, _, fn, keys = PLANTED[0]
+    small = new_notebook(cells=[new_code_cell(SETUP), *exercise_cells(
+        "ex-one", op, "one", call(correct_for(op, ""), op), points=2)],
+        metadata={"kernelspec": KERNELSPEC})
+    nb = plant(student_notebook(small, "small"), {"ex-one": f"def one("
+               f"{exercises.signature(op)[2:-1]}):\n{call(fn.__name__, op)}"})
+    nbformat.write(nb, tmp_path / "erin.ipynb")
+    assert main(["grade", str(tmp_path / "erin.ipynb"), "--out", str(tmp_path / "grades.csv"),
+                 "--no-progress", "--cell-timeout", "60"]) == 0
+    text = (tmp_path / "grades-feedback" / "erin.md").read_text()
+    assert "## ex-one: 0 of 2 points" in text and f"(`{keys[0]}`)" in text
+    assert "feedback: " in capsys.readouterr().out
+    # --feedback chooses the folder (an unreadable file needs no kernel)
+    (tmp_path / "frank.ipynb").write_text("not json", encoding="utf-8")
+    assert main(["grade", str(tmp_path / "frank.ipynb"), "--out", str(tmp_path / "g2.csv"),
+                 "--no-progress", "--feedback", str(tmp_path / "mine")]) == 0
+    assert "unreadable" in (tmp_path / "mine" / "frank.md").read_text()
+    assert not (tmp_path / "g2-feedback").exists()
+
+
+def test_feedback_file_names():
+    assert file_name("alice") == "alice.md" and file_name("a/b c") == "a_b_c.md"
+    assert file_name("..") == "student.md"
+    assert default_folder("out/grades.csv") == Path("out/grades-feedback")
 
 
 @functools.lru_cache(maxsize=None)

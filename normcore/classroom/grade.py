@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import nbformat
@@ -41,7 +41,9 @@ _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
 @dataclass
 class Row:
-    """One line of the grade sheet: one student and one exercise."""
+    """One line of the grade sheet: one student and one exercise.  ``feedback`` is not a
+    column: the checker's text for the student's feedback file (:mod:`.feedback`),
+    ``{"message": ..., "advice": [{"key", "title", "did", "why", "fix"}, ...]}``."""
 
     student: str
     chapter: str
@@ -53,6 +55,11 @@ class Row:
     misconception: str
     misconception_name: str
     detail: str
+    feedback: dict = field(default_factory=dict, repr=False)
+
+
+#: The grade sheet's columns: every field of :class:`Row` but ``feedback``.
+COLUMNS = tuple(f.name for f in fields(Row) if f.name != "feedback")
 
 
 def _nbgrader_id(cell) -> str:
@@ -259,6 +266,8 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
             row.status, row.detail = "error", f"your cell raised {e['ename']}: {evalue}"
     else:
         row.status, row.detail = status, verdict.get("detail", "")
+        row.feedback = {"message": verdict.get("message", ""),
+                        "advice": verdict.get("advice", [])}
         if status == "missing function":
             defined = [n for i, cell in enumerate(nb.cells)
                        if _nbgrader_id(cell).startswith(f"{label}-solution")
@@ -322,9 +331,9 @@ def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
 def write_csv(rows: list[Row], path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow([fl.name for fl in fields(Row)])
+        writer.writerow(COLUMNS)
         for row in rows:
-            writer.writerow(list(asdict(row).values()))
+            writer.writerow([getattr(row, name) for name in COLUMNS])
 
 
 def _points(n: int) -> str:

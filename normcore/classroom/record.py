@@ -51,7 +51,9 @@ def record(label: str, op: str, function: str, namespace: dict, **options) -> No
         detail = flat.split(". ")[0].rstrip(".") + "."
     if len(detail) > 300:
         detail = detail[:297] + "..."
+    advice = [{"key": key, "title": exercises.CATALOGUE[key].title, "did": did, "why": why,
+               "fix": fix} for key, did, why, fix in report.advice]
     _write({"label": label, "status": STATUS.get(report.kind, "incorrect"), "kind": report.kind,
             "misconception": report.misconception, "misconceptions": list(report.misconceptions),
-            "detail": detail})
+            "detail": detail, "message": report.message, "advice": advice})
     print(report)

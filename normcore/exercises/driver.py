@@ -201,6 +201,7 @@ def _render(impl: Op, context: dict, var: Variant, i: int) -> tuple[str, str, st
 
 def _report_misconception(impl: Op, context: dict, var: Variant, err: dict) -> Report:
     parts = []
+    advice = tuple((key, *_render(impl, context, var, i)) for i, key in enumerate(var.keys))
     if len(var.keys) == 1:
         did, why, fix = _render(impl, context, var, 0)
         parts += [f"What you did: {did}", f"Why it is wrong: {why}", f"What to change: {fix}"]
@@ -215,7 +216,7 @@ def _report_misconception(impl: Op, context: dict, var: Variant, err: dict) -> R
         parts.append(f"Largest error: {err['text']}.")
     msg = "\n".join(wrap(p) for p in parts)
     return Report(impl.name, False, "misconception", var.keys[0], msg, err["max"], var.keys,
-                  err["text"])
+                  err["text"], advice)
 
 
 def _report_not_finite(impl: Op, case: Case, got, err: dict) -> Report:

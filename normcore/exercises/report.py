@@ -32,6 +32,9 @@ class Report:
     ``misconception`` is a :data:`CATALOGUE` key (the first, if two mistakes combine;
     ``misconceptions`` has them all).  ``max_abs_error`` is the largest difference from the
     reference over every test set (``None`` when the values could not be compared).
+    ``advice``: for a misconception, one ``(key, did, why, fix)`` per mistake, the
+    catalogue's prose filled in for this op ("what you did", "why it is wrong", "what to
+    change"), for a student's feedback file.
     """
 
     op: str
@@ -42,6 +45,7 @@ class Report:
     max_abs_error: float | None
     misconceptions: tuple[str, ...] = ()
     where: str | None = None
+    advice: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def headline(self) -> str:
