@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from normcore.exercises.report import wrap
+
 #: What to change, for the statuses whose row has no text of the checker's.
 ADVICE = {
     "passed": "Nothing: your function matches the reference on every test set.",
@@ -48,6 +50,11 @@ def _text_block(text: str) -> list[str]:
     return [f"{fence}text", text.rstrip(), fence]
 
 
+def _para(text: str) -> list[str]:
+    """A Markdown paragraph filled to the report's width (code spans kept whole)."""
+    return [wrap(text, hang=""), ""]
+
+
 def exercise_feedback(row) -> list[str]:
     """The Markdown lines of one exercise (a :class:`~normcore.classroom.grade.Row`)."""
     head = f"## {row.exercise}" if row.exercise != "*" else "## The notebook"
@@ -55,28 +62,26 @@ def exercise_feedback(row) -> list[str]:
         head += f": graded by hand ({_points(row.points)})"
     elif row.exercise != "*":
         head += f": {row.score} of {_points(row.points)}"
-    lines = [head, ""]
-    what = f"`{row.op}`, " if row.op else ""
-    lines += [f"**Status:** {what}{row.status}", ""]
+    lines = [head, ""] + _para(f"**Status:** {f'`{row.op}`, ' if row.op else ''}{row.status}")
     fb = row.feedback or {}
     advice = fb.get("advice") or []
     if row.status == "misconception" and advice:
-        names = " + ".join(f"{a['title']} (`{a['key']}`)" for a in advice)
-        lines += [f"**Diagnosis:** {names}", ""]
+        lines += _para("**Diagnosis:** " + " + ".join(f"{a['title']} (`{a['key']}`)"
+                                                    for a in advice))
         for i, a in enumerate(advice):
             if len(advice) > 1:
-                lines += [f"**{i + 1}. {a['title']}**", ""]
-            lines += [f"**What you did:** {a['did']}", "", f"**Why it is wrong:** {a['why']}",
-                      "", f"**What to change:** {a['fix']}", ""]
+                lines += _para(f"**{i + 1}. {a['title']}**")
+            lines += (_para(f"**What you did:** {a['did']}")
+                      + _para(f"**Why it is wrong:** {a['why']}")
+                      + _para(f"**What to change:** {a['fix']}"))
         return lines
     if row.detail:
-        lines += [f"**Diagnosis:** {row.detail}", ""]
+        lines += _para(f"**Diagnosis:** {row.detail}")
     message = fb.get("message", "")
     if message and row.status not in ("passed", "missing function"):
-        lines += ["**What the checker says** (what to change is in it):", "",
-                  *_text_block(message), ""]
+        lines += ["**What the checker says:**", "", *_text_block(message), ""]
     else:
-        lines += [f"**What to change:** {ADVICE.get(row.status, ADVICE['error'])}", ""]
+        lines += _para(f"**What to change:** {ADVICE.get(row.status, ADVICE['error'])}")
     return lines
 
 

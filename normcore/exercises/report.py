@@ -84,15 +84,16 @@ def number(x: float | None, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
 
-def wrap(text: str, indent: str = "") -> str:
-    """Fill each line of ``text`` to the page width; code in `backticks` is not broken."""
+def wrap(text: str, indent: str = "", hang: str = "  ") -> str:
+    """Fill each line of ``text`` to the page width; code in `backticks` is not broken.
+    Continuation lines start with ``indent + hang``."""
     out = []
     for para in text.split("\n"):
         pieces = para.split("`")
         # odd pieces are code: protect their spaces from the line breaker
         para = "`".join(p.replace(" ", "\x00") if i % 2 else p for i, p in enumerate(pieces))
         filled = textwrap.fill(para, WIDTH, initial_indent=indent,
-                               subsequent_indent=indent + "  ", break_on_hyphens=False,
+                               subsequent_indent=indent + hang, break_on_hyphens=False,
                                break_long_words=False)
         out.append(filled.replace("\x00", " "))
     return "\n".join(out)
