@@ -462,6 +462,13 @@ def test_grade_command_writes_feedback_beside_the_csv(tmp_path, capsys):
                  "--no-progress", "--feedback", str(tmp_path / "mine")]) == 0
     assert "unreadable" in (tmp_path / "mine" / "frank.md").read_text()
     assert not (tmp_path / "g2-feedback").exists()
+    # a file where the folder should be: a clear message, the grades still written
+    (tmp_path / "taken").write_text("", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["grade", str(tmp_path / "frank.ipynb"), "--out", str(tmp_path / "g3.csv"),
+                 "--no-progress", "--feedback", str(tmp_path / "taken")]) == 1
+    err = capsys.readouterr().err
+    assert "is a file: give a folder" in err and (tmp_path / "g3.csv").exists()
 
 
 def test_feedback_file_names():

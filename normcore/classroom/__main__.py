@@ -74,7 +74,11 @@ def main(argv=None) -> int:
         return 130
     write_csv(rows, args.out)
     folder = Path(args.feedback) if args.feedback else default_folder(args.out)
-    written = write_feedback(rows, folder)
+    try:
+        written = write_feedback(rows, folder)
+    except (ValueError, OSError) as e:
+        print(f"grades: {Path(args.out)}; no feedback written: {e}", file=sys.stderr)
+        return 1
     print(summary(rows))
     print(f"grades: {Path(args.out)} ({len(rows)} rows)")
     print(f"feedback: {folder}/ ({len(written)} files, one per student)")

@@ -116,6 +116,9 @@ def default_folder(csv_path) -> Path:
 def write_feedback(rows, folder) -> list[Path]:
     """Write one ``<student>.md`` per student of ``rows`` into ``folder``; the paths."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"the feedback folder {folder} is a file: give a folder (new or "
+                         f"existing) with --feedback DIR")
     folder.mkdir(parents=True, exist_ok=True)
     written, taken = [], set()
     for student in dict.fromkeys(r.student for r in rows):
