@@ -206,7 +206,8 @@ class LayerNormShapeOp(_LayerShapeBase):
 
     def torch_kernels(self, case):
         a = case.args
-        return [(TF.layer_norm(a["x"], a["normalized_shape"], a["gamma"], a["beta"], case.eps),)]
+        return [(TF.layer_norm(a["x"], a["normalized_shape"], a["gamma"], a["beta"],
+                              case.eps),)]
 
     def call_hint(self, options):
         return ("The checker calls " + self.call_text + " with normalized_shape a tuple of "
