@@ -28,6 +28,7 @@ import test_exercises as student_style
 from normcore import exercises
 from normcore.classroom import MarkingError, read_exercises, student_notebook
 from normcore.classroom.__main__ import main
+from normcore.classroom.feedback import default_folder, file_name, write_feedback
 from normcore.classroom.grade import grade, grade_notebook, summary, write_csv
 from normcore.classroom.marking import solution_lines, source_text
 from normcore.classroom.student import dumps, write_student
@@ -391,6 +392,89 @@ def test_csv_and_summary(graded, tmp_path):
     assert "  timed out: 1 of 2" in text and "carol: unreadable" in text
 
 
+def section(text: str, label: str) -> str:
+    """The part of a feedback file about exercise ``label``."""
+    start = text.index(f"## {label}:")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_feedback_file_per_student(graded, tmp_path):
+    _, rows, _ = graded
+    written = write_feedback(rows, tmp_path / "feedback")
+    assert [p.name for p in written] == ["alice.md", "bob.md", "carol.md", "dave.md"]
+    alice, bob = ((tmp_path / "feedback" / f"{n}.md").read_text() for n in ("alice", "bob"))
+    # right: the score, and nothing to change
+    total = 2 * len(PLANTED) + len(BROKEN)
+    assert f"Checked exercises: {total} of {total} points." in alice
+    first = section(alice, PLANTED[0][0])
+    assert first.startswith(f"## {PLANTED[0][0]}: 2 of 2 points")
+    assert "**Status:** `batch_norm`, passed" in first
+    assert "**What to change:** Nothing" in first
+    # a catalogued mistake: its name and key, and the checker's own words for this op
+    options = {fn: o for _, fn, o, _, _ in student_style.DIAGNOSES}
+    for label, op, _, fn, keys in PLANTED:
+        part = section(bob, label)
+        assert part.startswith(f"## {label}: 0 of 2 points"), part
+        assert all(len(line) <= 80 for line in part.splitlines()), part
+        report = exercises.check(op, fn, **options[fn])
+        assert len(report.advice) == len(keys)
+        words = " ".join(part.split())     # the paragraphs are filled to the page's width
+        for (key, did, why, fix), k in zip(report.advice, keys):
+            assert key == k and f"{exercises.CATALOGUE[key].title} (`{key}`)" in words
+            for head, text in (("What you did", did), ("Why it is wrong", why),
+                               ("What to change", fix)):
+                assert " ".join(f"**{head}:** {text}".split()) in words, part
+    # the untouched stub: the checker's message says what to change
+    part = section(bob, "ex-broken-stub")
+    assert "**Status:** `batch_norm`, not implemented" in part
+    assert "Replace `raise NotImplementedError()` with your code." in " ".join(part.split())
+    # the rows no checker saw: a sentence per status
+    def flat(label):
+        return " ".join(section(bob, label).split())
+    assert "**Status:** `batch_norm`, timed out" in flat("ex-broken-loop")
+    assert "look for a loop that never ends" in flat("ex-broken-loop")
+    assert "SyntaxError" in flat("ex-broken-syntax")
+    assert "**What to change:** Keep the function's name" in flat("ex-broken-renamed")
+    assert "## ex-derivation: graded by hand (3 points)" in bob
+    carol = (tmp_path / "feedback" / "carol.md").read_text()
+    assert "## The notebook" in carol and "not a readable notebook" in carol
+
+
+def test_grade_command_writes_feedback_beside_the_csv(tmp_path, capsys):
+    _, op, _, fn, keys = PLANTED[0]
+    small = new_notebook(cells=[new_code_cell(SETUP), *exercise_cells(
+        "ex-one", op, "one", call(correct_for(op, ""), op), points=2)],
+        metadata={"kernelspec": KERNELSPEC})
+    nb = plant(student_notebook(small, "small"), {"ex-one": f"def one("
+               f"{exercises.signature(op)[2:-1]}):\n{call(fn.__name__, op)}"})
+    nbformat.write(nb, tmp_path / "erin.ipynb")
+    assert main(["grade", str(tmp_path / "erin.ipynb"), "--out", str(tmp_path / "grades.csv"),
+                 "--no-progress", "--cell-timeout", "60"]) == 0
+    text = (tmp_path / "grades-feedback" / "erin.md").read_text()
+    assert "## ex-one: 0 of 2 points" in text and f"(`{keys[0]}`)" in text
+    assert "feedback: " in capsys.readouterr().out
+    # --feedback chooses the folder (an unreadable file needs no kernel)
+    (tmp_path / "frank.ipynb").write_text("not json", encoding="utf-8")
+    assert main(["grade", str(tmp_path / "frank.ipynb"), "--out", str(tmp_path / "g2.csv"),
+                 "--no-progress", "--feedback", str(tmp_path / "mine")]) == 0
+    assert "unreadable" in (tmp_path / "mine" / "frank.md").read_text()
+    assert not (tmp_path / "g2-feedback").exists()
+    # a file where the folder should be: a clear message, the grades still written
+    (tmp_path / "taken").write_text("", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["grade", str(tmp_path / "frank.ipynb"), "--out", str(tmp_path / "g3.csv"),
+                 "--no-progress", "--feedback", str(tmp_path / "taken")]) == 1
+    err = capsys.readouterr().err
+    assert "is a file: give a folder" in err and (tmp_path / "g3.csv").exists()
+
+
+def test_feedback_file_names():
+    assert file_name("alice") == "alice.md" and file_name("a/b c") == "a_b_c.md"
+    assert file_name("..") == "student.md"
+    assert default_folder("out/grades.csv") == Path("out/grades-feedback")
+
+
 @functools.lru_cache(maxsize=None)
 def hang_run():
     """Grade, in a thread, a notebook whose loop survives the interrupt (only the notebook's
@@ -415,6 +499,50 @@ def test_a_notebook_over_its_time_limit_is_killed():
     assert ran["kernel"], f"the kernel had not started within the limit: {ran}"
     assert not alive(ran["kernel"])
     assert rows[0].status == "timed out" and "notebook ran longer than 16 s" in rows[0].detail
+
+
+@functools.lru_cache(maxsize=None)
+def death_runs():
+    """Grade, in a thread, two notebooks whose kernel dies: one function kills it with
+    SIGKILL when the check calls it; one solution cell ends it with exit code 3."""
+    cells = [c for label in ("ex-first", "ex-killed", "ex-after")
+             for c in exercise_cells(label, "batch_norm", label[3:], "    return x")]
+    student = student_notebook(new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC}),
+                               "dies")
+    killed = plant(student, {"ex-killed": "import os\n\n\ndef killed(x, gamma, beta, eps):\n"
+                                          "    os.kill(os.getpid(), 9)"})
+    exits = plant(student, {"ex-first": "import os\nos._exit(3)"})
+    pool = ThreadPoolExecutor(max_workers=1)
+    futures = [pool.submit(grade_notebook, nb, "zed", cell_timeout=30, timeout=120,
+                           memory=MEMORY) for nb in (killed, exits)]
+    pool.shutdown(wait=False)
+    return futures
+
+
+def test_a_killed_kernel_is_reported_as_dead_not_timed_out():
+    rows, ran = death_runs()[0].result()
+    by = {r.exercise: r for r in rows}
+    assert not ran["timed_out"] and ran["died"]["signal"] == 9, ran
+    assert by["ex-first"].status == "not implemented"       # graded before the kill
+    row = by["ex-killed"]
+    assert (row.status, row.score) == ("kernel died", 0), row
+    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) while the "
+                          "exercise's check ran your function")
+    row = by["ex-after"]
+    assert row.status == "kernel died", row
+    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) in the check cell of "
+                          "ex-killed, before this exercise was checked")
+    assert not alive(ran["kernel"])
+    assert "  kernel died: 1 of 1" in summary(rows)
+
+
+def test_a_kernel_that_exits_is_reported_with_its_exit_code():
+    rows, ran = death_runs()[1].result()
+    assert ran["died"]["exit_code"] == 3 and not ran["timed_out"], ran
+    for row in rows:
+        assert row.status == "kernel died", row
+        assert row.detail == ("the kernel died (it exited with code 3) in your solution cell "
+                              "of ex-first, before this exercise was checked")
 
 
 def alive(pid: int) -> bool:

@@ -12,6 +12,8 @@ Two commands::
 * :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
   kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
   in the student's kernel;
+* :mod:`.feedback` writes one Markdown file per student: per exercise the score, the
+  diagnosis and what to change;
 * :mod:`.overview` lists the exercises of the chapters (the classroom page's table);
 * :mod:`.__main__` is the command line.
 

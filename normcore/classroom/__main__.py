@@ -21,6 +21,9 @@ def main(argv=None) -> int:
     gr = sub.add_parser("grade", help="grade submissions; one CSV row per student and exercise")
     gr.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb")
     gr.add_argument("--out", required=True, metavar="grades.csv")
+    gr.add_argument("--feedback", metavar="DIR",
+                    help="where to write one Markdown feedback file per student (default: "
+                         "grades-feedback/ beside the CSV, named after it)")
     gr.add_argument("--cell-timeout", type=int, default=60, metavar="S",
                     help="seconds per cell (default 60)")
     gr.add_argument("--timeout", type=int, default=600, metavar="S",
@@ -56,6 +59,7 @@ def main(argv=None) -> int:
             print(f"{chapter} -> {target}")
         return 0
 
+    from .feedback import default_folder, write_feedback
     from .grade import grade, summary, write_csv
 
     def interrupted(signum, frame):
@@ -69,8 +73,15 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     write_csv(rows, args.out)
+    folder = Path(args.feedback) if args.feedback else default_folder(args.out)
+    try:
+        written = write_feedback(rows, folder)
+    except (ValueError, OSError) as e:
+        print(f"grades: {Path(args.out)}; no feedback written: {e}", file=sys.stderr)
+        return 1
     print(summary(rows))
     print(f"grades: {Path(args.out)} ({len(rows)} rows)")
+    print(f"feedback: {folder}/ ({len(written)} files, one per student)")
     return 0
 
 

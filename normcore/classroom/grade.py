@@ -11,7 +11,10 @@ whole notebook (the process and its kernel are killed), and a memory limit
 
 Statuses: ``passed``, ``misconception``, ``incorrect`` (wrong, no known mistake),
 ``not implemented`` (still the stub), ``error`` (the function or its cell raised),
-``timed out``, ``missing function`` (renamed or deleted), ``unreadable`` (not a notebook).
+``timed out`` (a time limit stopped it), ``kernel died`` (the kernel was killed, by a signal
+such as the system's out-of-memory killer or the student's own ``os.kill``, or exited: the
+exercise's check or an earlier cell never finished), ``missing function`` (renamed or
+deleted), ``unreadable`` (not a notebook).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import nbformat
@@ -38,7 +41,9 @@ _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
 @dataclass
 class Row:
-    """One line of the grade sheet: one student and one exercise."""
+    """One line of the grade sheet: one student and one exercise.  ``feedback`` is not a
+    column: the checker's text for the student's feedback file (:mod:`.feedback`),
+    ``{"message": ..., "advice": [{"key", "title", "did", "why", "fix"}, ...]}``."""
 
     student: str
     chapter: str
@@ -50,6 +55,11 @@ class Row:
     misconception: str
     misconception_name: str
     detail: str
+    feedback: dict = field(default_factory=dict, repr=False)
+
+
+#: The grade sheet's columns: every field of :class:`Row` but ``feedback``.
+COLUMNS = tuple(f.name for f in fields(Row) if f.name != "feedback")
 
 
 def _nbgrader_id(cell) -> str:
@@ -150,8 +160,8 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
     finished = bool(entries) and entries[-1].get("event") == "done"
     if not finished:
         _kill_group(kernel)  # the kernel has a session of its own: make sure it is gone
-    out = {"labels": {}, "cells": {}, "timed_out": timed_out, "dead": None, "kernel": kernel,
-           "stderr": stderr.decode(errors="replace")[-2000:]}
+    out = {"labels": {}, "cells": {}, "timed_out": timed_out, "dead": None, "died": None,
+           "kernel": kernel, "stderr": stderr.decode(errors="replace")[-2000:]}
     for e in entries:
         if "label" in e:
             out["labels"][e["label"]] = e  # "started", then the verdict
@@ -159,6 +169,8 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
             out["cells"][e["index"]] = e
         elif e.get("event") in ("dead kernel", "runner error"):
             out["dead"] = e.get("detail", e["event"])
+            if e["event"] == "dead kernel":
+                out["died"] = e
     if not finished:
         out["dead"] = out["dead"] or (None if timed_out else "the grading process failed")
     return out
@@ -209,6 +221,24 @@ def _cell_errors(nb, ran, label) -> list[dict]:
             and ran["cells"].get(i, {}).get("status") == "error"]
 
 
+def _death(nb, died: dict, status) -> str:
+    """The detail of a ``kernel died`` row: how the kernel ended, and where."""
+    if "signal" in died:
+        how = f"the kernel died (killed by signal {died['signal']}, {died['signal_name']})"
+    elif "exit_code" in died:
+        how = f"the kernel died (it exited with code {died['exit_code']})"
+    else:
+        how = "the kernel died"
+    if status == "started":
+        return f"{how} while the exercise's check ran your function"
+    cell = died.get("cell")
+    grade_id = _nbgrader_id(nb.cells[cell]) if cell is not None and cell < len(nb.cells) else ""
+    owner = re.match(r"(.+)-(solution|check)(-\d+)?$", grade_id)
+    where = (f" in {'your solution' if owner[2] == 'solution' else 'the check'} cell of "
+             f"{owner[1]}" if owner else f" in cell {cell}" if cell is not None else "")
+    return f"{how}{where}, before this exercise was checked"
+
+
 def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     label, points = ex["label"], ex.get("points", 0)
     row = Row(student, chapter, label, ex.get("op") or "", points, 0, "", "", "", "")
@@ -218,7 +248,9 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     verdict = ran["labels"].get(label)
     errors = _cell_errors(nb, ran, label)
     status = verdict["status"] if verdict else None
-    if status == "started" or (status is None and ran["timed_out"]):
+    if status in ("started", None) and ran.get("died") and not ran["timed_out"]:
+        row.status, row.detail = "kernel died", _death(nb, ran["died"], status)
+    elif status == "started" or (status is None and ran["timed_out"]):
         row.status = "timed out"
         row.detail = (f"the notebook ran longer than {timeout} s" if ran["timed_out"] else
                       f"the check ran longer than {cell_timeout} s")
@@ -234,6 +266,8 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
             row.status, row.detail = "error", f"your cell raised {e['ename']}: {evalue}"
     else:
         row.status, row.detail = status, verdict.get("detail", "")
+        row.feedback = {"message": verdict.get("message", ""),
+                        "advice": verdict.get("advice", [])}
         if status == "missing function":
             defined = [n for i, cell in enumerate(nb.cells)
                        if _nbgrader_id(cell).startswith(f"{label}-solution")
@@ -297,9 +331,9 @@ def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
 def write_csv(rows: list[Row], path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow([fl.name for fl in fields(Row)])
+        writer.writerow(COLUMNS)
         for row in rows:
-            writer.writerow(list(asdict(row).values()))
+            writer.writerow([getattr(row, name) for name in COLUMNS])
 
 
 def _points(n: int) -> str:

@@ -25,6 +25,15 @@ def _write(entry: dict) -> None:
         f.flush()
 
 
+def feedback_of(report) -> dict:
+    """What a student's feedback file shows of ``report`` (a grade row's ``feedback``): the
+    checker's message, and for a known mistake its prose filled in for the op."""
+    from normcore.exercises import CATALOGUE
+    return {"message": report.message, "advice": [
+        {"key": key, "title": CATALOGUE[key].title, "did": did, "why": why, "fix": fix}
+        for key, did, why, fix in report.advice]}
+
+
 def record(label: str, op: str, function: str, namespace: dict, **options) -> None:
     """Check ``namespace[function]`` for ``op``; append the verdict for ``label``."""
     fn = namespace.get(function)
@@ -53,5 +62,5 @@ def record(label: str, op: str, function: str, namespace: dict, **options) -> No
         detail = detail[:297] + "..."
     _write({"label": label, "status": STATUS.get(report.kind, "incorrect"), "kind": report.kind,
             "misconception": report.misconception, "misconceptions": list(report.misconceptions),
-            "detail": detail})
+            "detail": detail, **feedback_of(report)})
     print(report)

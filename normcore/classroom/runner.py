@@ -6,6 +6,11 @@ nbclient and executes the prepared notebook with a time limit per cell (a cell o
 limit is interrupted and the next one runs).  Each executed cell and the kernel's pid are
 appended to the results file as they happen, so the grader knows how far a notebook got
 even when it has to kill it at the notebook's time limit.
+
+A kernel that dies (killed by a signal: ``os.kill(os.getpid(), 9)``, the system's
+out-of-memory killer; or ended: ``os._exit(3)``) stops the notebook: the runner records a
+``dead kernel`` event with the cell that was running and how the kernel ended
+(:func:`kernel_end`), which the grader reports as ``kernel died``.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import sys
 import tempfile
 
@@ -24,6 +30,20 @@ TIMEOUT_ERROR = "CellTimeout"
 def _append(path: str, entry: dict) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def kernel_end(returncode: int | None) -> dict:
+    """How a kernel process ended, from its return code: ``{"signal": 9, "signal_name":
+    "SIGKILL"}`` (killed by a signal), ``{"exit_code": 3}``, or ``{}`` if unknown."""
+    if returncode is None:
+        return {}
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return {"signal": -returncode, "signal_name": name}
+    return {"exit_code": returncode}
 
 
 def limit_memory(megabytes: int) -> None:
@@ -47,7 +67,13 @@ def run(notebook: str, results: str, cell_timeout: int, memory: int) -> int:
             await super().async_start_new_kernel(**kwargs)
             # the kernel runs in a session of its own: tell the grader whom to stop
             process = getattr(self.km.provisioner, "process", None)
+            self.kernel_process = process   # kept: its return code says how it ended
             _append(results, {"event": "kernel", "pid": getattr(process, "pid", None)})
+
+    running = {"cell": None}
+
+    def on_cell_execute(cell, cell_index):
+        running["cell"] = cell_index
 
     def on_cell_executed(cell, cell_index, execute_reply):
         content = execute_reply.get("content", {}) if execute_reply else {}
@@ -64,16 +90,28 @@ def run(notebook: str, results: str, cell_timeout: int, memory: int) -> int:
             error_on_timeout={"ename": TIMEOUT_ERROR, "traceback": [],
                               "evalue": f"the cell ran longer than {cell_timeout} s"},
             resources={"metadata": {"path": workdir}},
-            on_cell_executed=on_cell_executed)
+            on_cell_execute=on_cell_execute, on_cell_executed=on_cell_executed)
+        client.kernel_process = None
         try:
             client.execute()
         except DeadKernelError as e:
-            _append(results, {"event": "dead kernel", "detail": str(e)[:300]})
+            _append(results, {"event": "dead kernel", "detail": str(e)[:300],
+                              "cell": running["cell"], **_ended(client.kernel_process)})
         except Exception as e:  # noqa: BLE001 - reported in the grade sheet, not raised
             _append(results, {"event": "runner error",
                               "detail": f"{type(e).__name__}: {str(e)[:300]}"})
     _append(results, {"event": "done"})
     return 0
+
+
+def _ended(process) -> dict:
+    """:func:`kernel_end` of the kernel's process (waited for a few seconds at most)."""
+    if process is None:
+        return {}
+    try:
+        return kernel_end(process.wait(timeout=5))
+    except Exception:  # noqa: BLE001 - still running, or not ours to wait for
+        return kernel_end(process.poll())
 
 
 def main(argv=None) -> int:

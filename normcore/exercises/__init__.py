@@ -31,8 +31,11 @@ How it works
    with a nearly constant channel and a large ``eps`` (only there does ``eps`` matter), and
    one float32 set with a large mean and a small spread (only there does
    :math:`E[x^2]-E[x]^2` fail).
-2. It calls the student's function and the reference (:mod:`normcore.functional`) on each,
-   and reports an exception, a wrong type, shape or dtype, or NaN before comparing values.
+2. It calls the student's function and the reference (:mod:`normcore.functional`, in
+   float64) on each, and reports an exception, a wrong type, shape or dtype, or NaN before
+   comparing values.  Each float32 set's tolerance is derived from the float32 error of
+   torch's own kernel on it (:mod:`.tolerance`), so that calling torch's op, or writing the
+   formula in float32, passes.
 3. If the values differ, it evaluates every entry of the *catalogue* of known mistakes on the
    same inputs, and reports the one the student's output matches (then every pair of them,
    since "unbiased variance **and** eps outside the square root" is one line,
@@ -103,6 +106,7 @@ module                      what it holds
 :mod:`.catalogue`           the known mistakes as data: key, plain-words name, prose
 :mod:`.report`              :class:`Report` and the text formatting
 :mod:`.inputs`              the seeded test sets (:class:`~.inputs.Case`)
+:mod:`.tolerance`           each set's tolerance, from torch's float32 error on it
 :mod:`.variants`            a mistake as the reference with knobs turned
                             (:class:`~.variants.Variant`); the wrong reduce sets
 :mod:`.ops`                 :class:`~.ops.Op`, the hooks an op implements (documented
@@ -130,7 +134,8 @@ Add one module, ``normcore/exercises/<family>.py``, and its name to ``FAMILIES``
    ``outputs``, ``ndims_allowed``/``ndims_default``, and ``misconceptions`` (the catalogue
    keys it can name); implement the hooks marked *required* in :class:`~.ops.Op`
    (``cases``, ``solution``, ``call``, ``base_spec``, ``candidates``, ``evaluate``) and,
-   for the prose, ``context`` and ``render_fields``; build inputs with :mod:`.inputs` and
+   for the prose, ``context`` and ``render_fields``; ``torch_kernels`` if torch has the op
+   (its float32 error sets the tolerance); build inputs with :mod:`.inputs` and
    mistakes with :func:`.variants.variant` and :func:`.variants.role_variants`;
 2. reuse catalogue entries by listing their keys; add the family's own mistakes with
    ``catalogue.add(Misconception(key, title, description, did, why, fix))`` in the module;
@@ -138,7 +143,9 @@ Add one module, ``normcore/exercises/<family>.py``, and its name to ``FAMILIES``
 
 ``tests/test_exercises.py`` then checks the new op too: its reference passes, and each of
 its variants is diagnosed as itself (``test_every_variant_is_diagnosed_as_itself``); add
-one student-style function per new mistake to its ``DIAGNOSES`` list.
+one student-style function per new mistake to its ``DIAGNOSES`` list, and the op's literal
+float32 answers (torch's op, the formula in plain torch) to ``LITERAL`` in
+``tests/test_exercises_tolerance.py``.
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as TF
 
 from .. import axes, functional
 from .catalogue import Misconception, add
@@ -122,6 +123,12 @@ class AdaINOp(Op):
 
     def call(self, fn, case):
         return fn(case.args["content"].clone(), case.args["style"].clone(), case.eps)
+
+    def torch_kernels(self, case):
+        x, y = case.args["content"], case.args["style"]
+        lay = axes.layout("instance", y.shape)
+        var, mean = torch.var_mean(y, dim=lay.reduce_dims, correction=0, keepdim=True)
+        return [(TF.instance_norm(x, eps=case.eps) * torch.sqrt(var + case.eps) + mean,)]
 
     def shape_hint(self, i):
         return (" (the shape of content: AdaIN keeps the content's positions and takes only "

@@ -10,6 +10,7 @@ norm with one gamma per channel (its ``norm``): GroupNorm's backward op
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as TF
 
 from .. import axes, functional
 from ..axes import Layout
@@ -116,6 +117,11 @@ class BatchNormBackwardOp(Op):
     def call(self, fn, case):
         a = case.args
         return fn(a["dy"].clone(), a["x"].clone(), a["gamma"].clone(), case.eps)
+
+    def torch_kernels(self, case):
+        a = case.args
+        return [autograd_grads(lambda x, w, b: TF.batch_norm(
+            x, None, None, w, b, training=True, eps=case.eps), a["dy"], a["x"], a["gamma"])]
 
     def call_hint(self, options):
         return ("The checker calls " + self.call_text + " with dy and x of shape "

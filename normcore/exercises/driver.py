@@ -10,7 +10,8 @@ from .catalogue import CATALOGUE
 from .inputs import Case
 from .ops import Op, get_op
 from .report import Report, dtype_text, failed, number, shape_text, type_name, wrap
-from .variants import Variant, all_close, close
+from .tolerance import prepare
+from .variants import Variant, all_close, close, tolerance_of
 
 
 def check(op: str, student_fn: Callable, **options) -> Report:
@@ -26,9 +27,9 @@ def check(op: str, student_fn: Callable, **options) -> Report:
         raise TypeError(f"check({op!r}, ...): the student function must be callable, got "
                         f"{type(student_fn).__name__}")
     parsed = impl.parse_options(options)
-    cases = impl.cases(parsed)
+    # the references in float64, each set with its tolerance (see .tolerance)
+    cases, refs = prepare(impl, impl.cases(parsed))
     base = impl.base_spec(parsed)
-    refs = [impl.reference(c) for c in cases]
 
     # 1. run the student's function on every set
     outs = []
@@ -200,6 +201,7 @@ def _render(impl: Op, context: dict, var: Variant, i: int) -> tuple[str, str, st
 
 def _report_misconception(impl: Op, context: dict, var: Variant, err: dict) -> Report:
     parts = []
+    advice = tuple((key, *_render(impl, context, var, i)) for i, key in enumerate(var.keys))
     if len(var.keys) == 1:
         did, why, fix = _render(impl, context, var, 0)
         parts += [f"What you did: {did}", f"Why it is wrong: {why}", f"What to change: {fix}"]
@@ -214,7 +216,7 @@ def _report_misconception(impl: Op, context: dict, var: Variant, err: dict) -> R
         parts.append(f"Largest error: {err['text']}.")
     msg = "\n".join(wrap(p) for p in parts)
     return Report(impl.name, False, "misconception", var.keys[0], msg, err["max"], var.keys,
-                  err["text"])
+                  err["text"], advice)
 
 
 def _report_not_finite(impl: Op, case: Case, got, err: dict) -> Report:
@@ -243,7 +245,7 @@ def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
                  f"not: {', '.join(bad)}.")
     if len(impl.outputs) > 1:
         right = [name for i, name in enumerate(impl.outputs)
-                 if all(bool(close(got[i], ref[i], c.dtype).all())
+                 if all(bool(close(got[i], ref[i], tolerance_of(c, i)).all())
                         for c, got, ref in zip(cases, outs, refs))]
         wrong = [n for n in impl.outputs if n not in right]
         lines.append(f"Wrong: {', '.join(wrong)}." + (f" Right: {', '.join(right)}."
@@ -252,7 +254,7 @@ def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
     worst = max(range(len(cases)), key=lambda k: err["per_case"][k])
     case = cases[worst]
     for i, (t, r) in enumerate(zip(outs[worst], refs[worst])):
-        wrong_values = ~close(t, r, case.dtype)
+        wrong_values = ~close(t, r, tolerance_of(case, i))
         if (not bool(wrong_values.any()) or t.dim() < 2
                 or not impl.indexed_by_sample_and_channel):
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as TF
 
 from .. import axes, functional, stats
 from ..axes import Layout
@@ -134,6 +135,21 @@ class NormOp(Op):
                 x, weight=gamma, bias=beta, eps=eps)
         return lambda x, num_groups, gamma, beta, eps: functional.group_norm(
             x, num_groups, gamma, beta, eps)
+
+    def torch_kernels(self, case):
+        x, g, b, eps = case.args["x"], case.args["gamma"], case.args["beta"], case.eps
+        per_channel = [1, -1] + [1] * (x.dim() - 2)
+        if self.norm == "batch":
+            return [(TF.batch_norm(x, None, None, g, b, training=True, eps=eps),)]
+        if self.norm == "layer":
+            return [(TF.layer_norm(x, x.shape[1:], g, b, eps),)]
+        if self.norm == "instance":
+            return [(TF.instance_norm(x, weight=g, bias=b, eps=eps),)]
+        # GroupNorm's own kernel, and each group as a LayerNorm of a view (ex-gn-via-ln)
+        rows = x.reshape(x.shape[0], case.groups, -1)
+        via_ln = TF.layer_norm(rows, rows.shape[-1:], eps=eps).reshape(x.shape)
+        return [(TF.group_norm(x, case.groups, g, b, eps),),
+                (via_ln * g.view(per_channel) + b.view(per_channel),)]
 
     def call(self, fn, case):
         a = {k: v.clone() for k, v in case.args.items()}

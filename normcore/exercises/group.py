@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as TF
 
 from .. import functional
 from .backward import BatchNormBackwardOp, autograd_grads
@@ -102,6 +103,11 @@ class GroupNormBackwardOp(BatchNormBackwardOp):
 
     def call_hint(self, options):
         return super().call_hint(options).rstrip(".") + ", and num_groups a divisor of C."
+
+    def torch_kernels(self, case):
+        a = case.args
+        return [autograd_grads(lambda x, w, b: TF.group_norm(x, case.groups, w, b, case.eps),
+                               a["dy"], a["x"], a["gamma"])]
 
     # ---- variants -----------------------------------------------------------------------
     def base_spec(self, options):

@@ -27,6 +27,9 @@ class Case:
     ``kind`` marks the sets a message refers to: ``"regular"``, ``"float32"``,
     ``"nearzero"`` (a nearly constant set and a large eps) or ``"largemean"``.
     ``options`` are the parsed options of :func:`check` the set was built under.
+    ``tolerance``: one ``(rtol, atol)`` per output, which :func:`check` fills in
+    (:mod:`.tolerance`); empty, the dtype's default
+    (:data:`~normcore.exercises.variants.TOLERANCE`) applies.
     """
 
     name: str
@@ -38,6 +41,7 @@ class Case:
     groups: int | None = None
     kind: str = "regular"
     options: dict = field(default_factory=dict)
+    tolerance: tuple = ()
 
     @property
     def title(self) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as TF
 
 from .. import axes, functional, stats
 from ..functional import normalize
@@ -203,6 +204,11 @@ class LayerNormShapeOp(_LayerShapeBase):
         return fn(a["x"].clone(), tuple(a["normalized_shape"]), a["gamma"].clone(),
                   a["beta"].clone(), case.eps)
 
+    def torch_kernels(self, case):
+        a = case.args
+        return [(TF.layer_norm(a["x"], a["normalized_shape"], a["gamma"], a["beta"],
+                              case.eps),)]
+
     def call_hint(self, options):
         return ("The checker calls " + self.call_text + " with normalized_shape a tuple of "
                 + " or ".join(str(k) for k in options["ndims"]) + " trailing dims of x.")
@@ -286,6 +292,11 @@ class LayerNormBackwardOp(_LayerShapeBase):
                             {"dy": dy, "x": x, "normalized_shape": ns, "gamma": gamma},
                             shape, dtype, kind=kind, options=options))
         return out
+
+    def torch_kernels(self, case):
+        a, ns = case.args, case.args["normalized_shape"]
+        return [autograd_grads(lambda x, w, b: TF.layer_norm(x, ns, w, b, case.eps),
+                               a["dy"], a["x"], a["gamma"])]
 
     def solution(self, options):
         def layer_norm_backward(dy, x, normalized_shape, gamma, eps):
@@ -398,6 +409,10 @@ class RMSNormOp(_LayerShapeBase):
                             {"x": x, "normalized_shape": ns, "gamma": gamma},
                             shape, dtype, eps, None, kind, options))
         return out
+
+    def torch_kernels(self, case):
+        a = case.args
+        return [(TF.rms_norm(a["x"], a["normalized_shape"], a["gamma"], case.eps),)]
 
     def solution(self, options):
         def rms_norm(x, normalized_shape, gamma, eps):

@@ -104,6 +104,14 @@ class Op:
         out = self.call(self.solution(case.options), case)
         return (out,) if len(self.outputs) == 1 else tuple(out)
 
+    def torch_kernels(self, case: Case) -> list[tuple[torch.Tensor, ...]]:
+        """torch's own computations of the op on ``case``, in the set's dtype: its
+        ``torch.nn.functional`` op (or autograd through it), once per form a statement may
+        ask for; each a tuple as :meth:`reference`.  Their rounding error sets the set's
+        tolerance (:mod:`normcore.exercises.tolerance`).  Default: none (torch has no such
+        op; the op's solution in the set's dtype is measured all the same)."""
+        return []
+
     # ---- what the outputs must look like ------------------------------------------------
     def expected_shapes(self, case: Case) -> tuple:
         """One shape per output; default: each has the input's shape."""

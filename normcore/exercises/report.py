@@ -32,6 +32,9 @@ class Report:
     ``misconception`` is a :data:`CATALOGUE` key (the first, if two mistakes combine;
     ``misconceptions`` has them all).  ``max_abs_error`` is the largest difference from the
     reference over every test set (``None`` when the values could not be compared).
+    ``advice``: for a misconception, one ``(key, did, why, fix)`` per mistake, the
+    catalogue's prose filled in for this op ("what you did", "why it is wrong", "what to
+    change"), for a student's feedback file.
     """
 
     op: str
@@ -42,6 +45,7 @@ class Report:
     max_abs_error: float | None
     misconceptions: tuple[str, ...] = ()
     where: str | None = None
+    advice: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def headline(self) -> str:
@@ -80,15 +84,16 @@ def number(x: float | None, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
 
-def wrap(text: str, indent: str = "") -> str:
-    """Fill each line of ``text`` to the page width; code in `backticks` is not broken."""
+def wrap(text: str, indent: str = "", hang: str = "  ") -> str:
+    """Fill each line of ``text`` to the page width; code in `backticks` is not broken.
+    Continuation lines start with ``indent + hang``."""
     out = []
     for para in text.split("\n"):
         pieces = para.split("`")
         # odd pieces are code: protect their spaces from the line breaker
         para = "`".join(p.replace(" ", "\x00") if i % 2 else p for i, p in enumerate(pieces))
         filled = textwrap.fill(para, WIDTH, initial_indent=indent,
-                               subsequent_indent=indent + "  ", break_on_hyphens=False,
+                               subsequent_indent=indent + hang, break_on_hyphens=False,
                                break_long_words=False)
         out.append(filled.replace("\x00", " "))
     return "\n".join(out)

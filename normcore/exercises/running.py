@@ -14,6 +14,8 @@ catalogue here.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as TF
+from torch.nn.utils import fusion
 
 from .. import axes, fold, functional, stats
 from ..functional import normalize
@@ -79,6 +81,12 @@ class RunningUpdateOp(Op):
     def call_hint(self, options):
         return ("The checker calls " + self.call_text + " with x of shape "
                 + " and ".join(_INPUT_SHAPES[d] for d in options["ndims"]) + ".")
+
+    def torch_kernels(self, case):
+        a = case.args
+        mean, var = a["running_mean"].clone(), a["running_var"].clone()
+        TF.batch_norm(a["x"], mean, var, training=True, momentum=a["momentum"])
+        return [(mean, var)]
 
     def expected_shapes(self, case):
         return ((case.shape[1],), (case.shape[1],))
@@ -225,6 +233,14 @@ class FoldBatchNormOp(Op):
         a = case.args
         return fn(a["weight"].clone(), a["bias"].clone(), a["gamma"].clone(), a["beta"].clone(),
                   a["running_mean"].clone(), a["running_var"].clone(), case.eps)
+
+    def torch_kernels(self, case):
+        a = case.args
+        fuse = fusion.fuse_linear_bn_weights if a["weight"].dim() == 2 else \
+            fusion.fuse_conv_bn_weights
+        w, b = fuse(a["weight"], a["bias"], a["running_mean"], a["running_var"], case.eps,
+                    a["gamma"], a["beta"])
+        return [(w.detach(), b.detach())]
 
     def call_hint(self, options):
         shapes = {2: "(C_out, C_in)", 3: "(C_out, C_in, k)", 4: "(C_out, C_in, kH, kW)"}

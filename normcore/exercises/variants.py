@@ -23,7 +23,8 @@ import torch
 from .. import axes
 from ..axes import Layout
 
-#: (rtol, atol) for "matches": the student's numbers against the reference or a variant.
+#: (rtol, atol) for "matches" by dtype: float64 sets; a float32 set's own tolerance is
+#: derived from torch's rounding on it (:mod:`normcore.exercises.tolerance`), this is its floor.
 TOLERANCE = {torch.float64: (1e-6, 1e-8), torch.float32: (1e-4, 1e-4)}
 
 
@@ -62,19 +63,26 @@ def variant(key: str, changes: dict, **detail) -> Variant:
 
 
 # ---- comparing outputs ---------------------------------------------------------------------
-def close(a: torch.Tensor, b: torch.Tensor, dtype) -> torch.Tensor:
-    """Elementwise "matches" at the tolerance of ``dtype`` (NaN matches NaN)."""
-    rtol, atol = TOLERANCE[dtype]
+def close(a: torch.Tensor, b: torch.Tensor, tol) -> torch.Tensor:
+    """Elementwise "matches" (NaN matches NaN) at ``tol``: an ``(rtol, atol)`` pair, or a
+    dtype, whose default :data:`TOLERANCE` then applies."""
+    rtol, atol = TOLERANCE[tol] if isinstance(tol, torch.dtype) else tol
     return torch.isclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def tolerance_of(case, i: int):
+    """The ``(rtol, atol)`` of output ``i`` on ``case``: the set's own
+    (:mod:`normcore.exercises.tolerance`), else its dtype's default."""
+    return case.tolerance[i] if case.tolerance else TOLERANCE[case.dtype]
 
 
 def all_close(outs_a, outs_b, cases) -> bool:
     """Every output close on every set; a set where either side is ``None`` (a variant
     that does not exist for that input, such as reducing over (H, W) of an (N, C) input)
     is skipped."""
-    return all(bool(close(a, b, c.dtype).all())
+    return all(bool(close(a, b, tolerance_of(c, i)).all())
                for oa, ob, c in zip(outs_a, outs_b, cases) if oa is not None and ob is not None
-               for a, b in zip(oa, ob))
+               for i, (a, b) in enumerate(zip(oa, ob)))
 
 
 # ---- statistics whose gradient paths a backward mistake drops -----------------------------

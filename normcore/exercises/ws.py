@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as TF
 
 from .. import axes, functional
 from ..functional import WS_CONVENTIONS, normalize
@@ -106,6 +107,20 @@ class WeightStandardizeOp(Op):
 
     def call(self, fn, case):
         return fn(case.args["w"].clone(), case.eps)
+
+    @staticmethod
+    def torch_standardize(w, eps, convention):
+        """timm's StdConv2d: torch's ``batch_norm`` over each filter of ``w`` viewed as
+        ``(1, C_out, F)``, for the conventions with the biased variance; ``None`` for the
+        original one (torch has no op with eps added to the unbiased std)."""
+        if WS_CONVENTIONS[convention]["correction"] != 0:
+            return None
+        return TF.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
+                             momentum=0.0, eps=eps).reshape_as(w)
+
+    def torch_kernels(self, case):
+        w_hat = self.torch_standardize(case.args["w"], case.eps, case.options["convention"])
+        return [] if w_hat is None else [(w_hat,)]
 
     def call_hint(self, options):
         return (f"The checker calls {self.call_text} with {self.shaped_args} of shape "
@@ -283,6 +298,16 @@ class WeightStandardizeBackwardOp(WeightStandardizeOp):
 
     def call(self, fn, case):
         return fn(case.args["dw_hat"].clone(), case.args["w"].clone(), case.eps)
+
+    def torch_kernels(self, case):
+        conv = case.options["convention"]
+        if self.torch_standardize(case.args["w"], case.eps, conv) is None:
+            return []
+        with torch.enable_grad():
+            w = case.args["w"].clone().requires_grad_(True)
+            dw, = torch.autograd.grad(self.torch_standardize(w, case.eps, conv), w,
+                                      case.args["dw_hat"])
+        return [(dw.detach(),)]
 
     def base_spec(self, options):
         return {**super().base_spec(options), "mean_grad": True, "var_grad": True}

@@ -121,6 +121,16 @@ class FoldWeightStandardizeOp(WeightStandardizeOp):
                   a["beta"].clone(), a["running_mean"].clone(), a["running_var"].clone(),
                   a["eps_bn"])
 
+    def torch_kernels(self, case):
+        """timm's standardization, then torch's own folding (``fuse_conv_bn_weights``);
+        none for the original convention (see :meth:`WeightStandardizeOp.torch_standardize`)."""
+        a = case.args
+        w_hat = self.torch_standardize(a["weight"], a["eps_ws"], case.options["convention"])
+        if w_hat is None:
+            return []
+        return _BN.torch_kernels(dataclasses.replace(case, args={**a, "weight": w_hat},
+                                                     eps=a["eps_bn"]))
+
     def expected_shapes(self, case):
         return _BN.expected_shapes(case)
 
