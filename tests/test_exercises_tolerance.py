@@ -13,6 +13,7 @@ import torch.nn.functional as TF
 from torch.nn.utils import fusion
 
 import test_exercises as se
+import test_exercises_dyt as sd
 import test_exercises_group as sg
 import test_exercises_layer as sl
 import test_exercises_ws as sw
@@ -162,6 +163,7 @@ LITERAL = {
     "layer_norm_shape": [(ln_shape_torch, {}), (sl.ln_correct, {})],
     "layer_norm_backward": [(ln_bwd_torch, {}), (sl.bwd_correct, {})],
     "rms_norm": [(rms_torch, {}), (sl.rms_correct, {})],
+    "dyt": [(sd.dyt_correct, {})],                   # torch has no DyT op
 }
 RUNS = [(op, fn, o) for op, answers in LITERAL.items() for fn, o in answers]
 SEEDS = (0, 1, 2)
