@@ -195,15 +195,15 @@ def test_custom_pattern(tmp_path):
 
 
 def test_a_chapter_nobody_handed_in_and_a_second_copy(tmp_path):
-    touch(tmp_path, "alice/a.ipynb", "alice/a-again.ipynb")
+    touch(tmp_path, "alice/a.ipynb", "alice/a-again.ipynb", "alice/a-late.ipynb")
     folder, found = find_submissions([tmp_path])
     chapters = {"a": [{"label": "ex-a", "points": 2, "op": "batch_norm"}],
                 "b": [{"label": "ex-b", "points": 1, "op": "layer_norm"}]}
     rows = [Row("alice", "a", "ex-a", "batch_norm", 2, score, "passed" if score else
                 "incorrect", "", "", "", source=str(s.path))
-            for s, score in zip(found, (2, 0))]
+            for s, score in zip(found, (2, 2, 0))]   # best 2: not the sum, not the last
     out, warnings = complete(rows, [Student("alice")], chapters, found, folder, DEFAULT_PATTERN)
-    assert warnings == ["warning: alice handed in a 2 times: the gradebook counts the best "
+    assert warnings == ["warning: alice handed in a 3 times: the gradebook counts the best "
                         "score of each exercise"]
     assert out[-1].detail == (f"missing: no submission of b found for alice in {tmp_path} "
                               f"(no notebook of this chapter there; the student is the group "
