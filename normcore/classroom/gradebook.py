@@ -143,13 +143,15 @@ def scores(rows: list[Row], roster: list[Student], chapters) -> list[dict]:
     """One dict per student of the roster: ``id``, ``name``, each column's header with the
     points scored (``""``: graded by hand) and ``total``."""
     cols = columns(chapters)
+    by: dict[tuple, list[Row]] = {}
+    for r in rows:
+        by.setdefault((r.student, r.chapter, r.exercise), []).append(r)
     table = []
     for s in roster:
         line = {"id": s.id, "name": s.name}
         total = 0
         for c in cols:
-            mine = [r for r in rows if (r.student, r.chapter, r.exercise) ==
-                    (s.id, c.chapter, c.label)]
+            mine = by.get((s.id, c.chapter, c.label), [])
             if any(r.status == "manual" for r in mine):
                 line[c.header] = ""
                 continue
