@@ -4,6 +4,8 @@ Two commands::
 
     python -m normcore.classroom student chapters/02_batch_norm.ipynb -o student/
     python -m normcore.classroom grade submissions/*.ipynb --out grades.csv
+    python -m normcore.classroom grade submissions/ --out grades.csv \
+        --roster students.csv --chapters chapters/02_batch_norm.ipynb
 
 * :mod:`.marking` reads the exercise marking of a chapter (which cells are the statement,
   the solution, the check; labels and points);
@@ -14,6 +16,9 @@ Two commands::
   in the student's kernel;
 * :mod:`.feedback` writes one Markdown file per student: per exercise the score, the
   diagnosis and what to change;
+* :mod:`.roster` reads the class list and each submission's student from its path;
+  :mod:`.gradebook` gives every student of the roster a row for every exercise (missing
+  work scores 0) and writes the gradebook CSV an LMS imports;
 * :mod:`.overview` lists the exercises of the chapters (the classroom page's table);
 * :mod:`.__main__` is the command line.
 

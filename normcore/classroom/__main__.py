@@ -19,8 +19,25 @@ def main(argv=None) -> int:
     st.add_argument("-o", "--out", required=True, metavar="DIR",
                     help="where to write the student notebooks (not the chapters' folder)")
     gr = sub.add_parser("grade", help="grade submissions; one CSV row per student and exercise")
-    gr.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb")
+    gr.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb",
+                    help="the notebooks handed in, or one folder: every notebook under it")
     gr.add_argument("--out", required=True, metavar="grades.csv")
+    gr.add_argument("--roster", metavar="students.csv",
+                    help="the class list: a CSV with a column 'id' (and optionally 'name'); "
+                         "every student gets a row for every exercise of --chapters, a "
+                         "chapter not handed in scores 0 as 'missing'")
+    gr.add_argument("--chapters", nargs="+", metavar="CHAPTER.ipynb",
+                    help="the chapters handed out (the book's, or their student versions): "
+                         "their exercises are the gradebook's columns (needed by --roster)")
+    gr.add_argument("--student-pattern", metavar="REGEX",
+                    help="a regular expression with a group (?P<student>...), searched in "
+                         "each submission's path in the submissions folder (default: the "
+                         "first folder, or the notebook's name: alice/02_batch_norm.ipynb "
+                         "and alice.ipynb are alice's)")
+    gr.add_argument("--gradebook", metavar="FILE",
+                    help="with --roster: the CSV for an LMS, one line per student, one column "
+                         "per exercise, and the total (default: grades-gradebook.csv beside "
+                         "--out)")
     gr.add_argument("--feedback", metavar="DIR",
                     help="where to write one Markdown feedback file per student (default: "
                          "grades-feedback/ beside the CSV, named after it)")
@@ -59,19 +76,45 @@ def main(argv=None) -> int:
             print(f"{chapter} -> {target}")
         return 0
 
+    return _grade(args, gr)
+
+
+def _grade(args, parser) -> int:
+    from . import gradebook as gb
     from .feedback import default_folder, write_feedback
     from .grade import grade, summary, write_csv
+    from .roster import DEFAULT_PATTERN, find_submissions, read_roster
+
+    if args.roster and not args.chapters:
+        parser.error("--roster needs --chapters: the chapters handed out, whose exercises "
+                     "every student is graded on (e.g. --chapters chapters/02_batch_norm.ipynb)")
+    if (args.chapters or args.gradebook) and not args.roster:
+        parser.error("--chapters and --gradebook go with --roster students.csv (the class "
+                     "list)")
+    try:   # every input is checked before a notebook runs
+        roster = read_roster(args.roster) if args.roster else None
+        chapters = gb.chapter_exercises(args.chapters) if args.chapters else None
+        folder, found = find_submissions(args.submissions, args.student_pattern)
+    except (MarkingError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt  # so that grade() stops its children and their kernels
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        rows = grade(args.submissions, args.cell_timeout, args.timeout, args.memory,
-                     progress=False if args.no_progress else None, jobs=args.jobs)
+        rows = grade([s.path for s in found], args.cell_timeout, args.timeout, args.memory,
+                     progress=False if args.no_progress else None, jobs=args.jobs,
+                     students=[s.student for s in found])
     except KeyboardInterrupt:
         print("grading interrupted (its processes are stopped); no grades written",
               file=sys.stderr)
         return 130
+    if roster is not None:
+        rows, warnings = gb.complete(rows, roster, chapters, found, folder,
+                                     args.student_pattern or DEFAULT_PATTERN)
+        for line in warnings:
+            print(line, file=sys.stderr)
     write_csv(rows, args.out)
     folder = Path(args.feedback) if args.feedback else default_folder(args.out)
     try:
@@ -82,6 +125,11 @@ def main(argv=None) -> int:
     print(summary(rows))
     print(f"grades: {Path(args.out)} ({len(rows)} rows)")
     print(f"feedback: {folder}/ ({len(written)} files, one per student)")
+    if roster is not None:
+        book = gb.write_gradebook(rows, roster, chapters,
+                                  args.gradebook or gb.default_gradebook(args.out))
+        print(gb.totals(rows, roster, chapters))
+        print(f"gradebook: {book} ({len(roster)} students, one column per exercise)")
     return 0
 
 

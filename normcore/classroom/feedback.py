@@ -33,6 +33,8 @@ ADVICE = {
     "error": "Run the cell yourself and fix the error it shows; then run the check cell.",
     "manual": "Your instructor grades this answer by hand.",
     "unreadable": "Hand in the student notebook you were given, saved from Jupyter.",
+    "missing": "Hand in this chapter's notebook where the line above says the grader looked "
+               "for it (ask your instructor if you did hand it in).",
 }
 
 

@@ -14,7 +14,8 @@ Statuses: ``passed``, ``misconception``, ``incorrect`` (wrong, no known mistake)
 ``timed out`` (a time limit stopped it), ``kernel died`` (the kernel was killed, by a signal
 such as the system's out-of-memory killer or the student's own ``os.kill``, or exited: the
 exercise's check or an earlier cell never finished), ``missing function`` (renamed or
-deleted), ``unreadable`` (not a notebook).
+deleted), ``unreadable`` (not a notebook); with a roster (:mod:`.gradebook`), ``missing``
+(not handed in).
 """
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
 @dataclass
 class Row:
-    """One line of the grade sheet: one student and one exercise.  ``feedback`` is not a
-    column: the checker's text for the student's feedback file (:mod:`.feedback`),
-    ``{"message": ..., "advice": [{"key", "title", "did", "why", "fix"}, ...]}``."""
+    """One line of the grade sheet: one student and one exercise.  ``feedback`` and
+    ``source`` are not columns: the checker's text for the student's feedback file
+    (:mod:`.feedback`), ``{"message": ..., "advice": [{"key", "title", "did", "why",
+    "fix"}, ...]}``, and the submission's path."""
 
     student: str
     chapter: str
@@ -56,10 +58,11 @@ class Row:
     misconception_name: str
     detail: str
     feedback: dict = field(default_factory=dict, repr=False)
+    source: str = field(default="", repr=False)
 
 
-#: The grade sheet's columns: every field of :class:`Row` but ``feedback``.
-COLUMNS = tuple(f.name for f in fields(Row) if f.name != "feedback")
+#: The grade sheet's columns: every field of :class:`Row` but ``feedback`` and ``source``.
+COLUMNS = tuple(f.name for f in fields(Row) if f.name not in ("feedback", "source"))
 
 
 def _nbgrader_id(cell) -> str:
@@ -176,28 +179,18 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
     return out
 
 
-def _student_names(paths: list[Path]) -> list[str]:
-    """Each submission's path relative to the folder they share, without ``.ipynb``; when
-    every submission has the same file name (``alice/02_batch_norm.ipynb``, ...), the
-    folder names alone."""
-    resolved = [p.resolve() for p in paths]
-    if not resolved:
-        return []
-    common = Path(os.path.commonpath([str(p.parent) for p in resolved]))
-    relative = [p.relative_to(common) for p in resolved]
-    if len({r.name for r in relative}) == 1 and all(len(r.parts) > 1 for r in relative):
-        return [str(r.parent) for r in relative]
-    return [str(r.with_suffix("")) for r in relative]
-
-
 def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096) -> list[Row]:
     """The rows of one submission."""
     try:
         nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         why = f"not a readable notebook: {type(e).__name__}: {str(e).splitlines()[0]}"
-        return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why[:300])]
-    return grade_notebook(nb, student, cell_timeout, timeout, memory)[0]
+        return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why[:300],
+                    source=str(path))]
+    rows = grade_notebook(nb, student, cell_timeout, timeout, memory)[0]
+    for row in rows:
+        row.source = str(path)
+    return rows
 
 
 def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096):
@@ -287,11 +280,16 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
 
 
 def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
-          progress: bool | None = None, jobs: int = 1) -> list[Row]:
+          progress: bool | None = None, jobs: int = 1, students: list[str] | None = None
+          ) -> list[Row]:
     """Grade every submission (``jobs`` at a time); the rows in the order of ``paths``.
-    A progress bar on a terminal (tqdm if installed)."""
-    paths = [Path(p) for p in paths]
-    names = _student_names(paths)
+    ``students``: each submission's student (default: read from its path by
+    :data:`.roster.DEFAULT_PATTERN`).  A progress bar on a terminal (tqdm if installed)."""
+    if students is None:
+        from .roster import find_submissions
+        found = find_submissions(paths)[1]
+        paths, students = [s.path for s in found], [s.student for s in found]
+    paths, names = [Path(p) for p in paths], list(students)
     if progress is None:
         progress = sys.stderr.isatty()
     items = list(zip(paths, names))
@@ -342,7 +340,7 @@ def _points(n: int) -> str:
 
 def summary(rows: list[Row]) -> str:
     """Per exercise: how many passed, and how many students showed which mistake."""
-    students = sorted({r.student for r in rows})
+    students = sorted({r.student for r in rows if r.status != "missing"})
     lines = [f"{len(students)} submission(s)"]
     bad = [r for r in rows if r.status == "unreadable"]
     for r in bad:
@@ -355,7 +353,7 @@ def summary(rows: list[Row]) -> str:
         these = [r for r in rows if r.exercise == label and r.chapter == chapter]
         n = len(these)
         head = these[0]
-        if head.status == "manual":
+        if not head.op:
             lines.append(f"{label} ({_points(head.points)}): graded by hand")
             continue
         passed = sum(r.status == "passed" for r in these)
