@@ -140,6 +140,29 @@ def test_worker_processes_give_the_same_numbers(cache, monkeypatch):
     assert len(pids - {float(os.getpid())}) >= 1               # some ran elsewhere
 
 
+def test_worker_processes_are_kept_for_the_next_run(cache, monkeypatch):
+    """A second run uses the processes the first started (it pays for no start), until the
+    environment they inherited changes or they are shut down."""
+    monkeypatch.setenv("NORMCORE_CACHE", "off")
+    runner.shutdown_workers()
+    try:
+        first = run(toy.NOISY_MEAN, runner.grid(mu=(0.0, 1.0)), seeds=(0, 1), workers=2)
+        kept = runner._KEPT["pool"]
+        workers = set(kept._processes)
+        again = run(toy.NOISY_MEAN, [{"mu": 2.0}], seeds=(0, 1, 2))    # workers=None
+        assert runner._KEPT["pool"] is kept
+        pids = {int(p) for p in again.values("pid", mu=2.0)}
+        assert pids <= workers and os.getpid() not in pids       # no run here, none new
+        assert again.values("mean", mu=2.0)[:2] == tuple(
+            m + 2.0 for m in first.values("mean", mu=0.0))
+        monkeypatch.setenv("NORMCORE_TEST_SETTING", "1")         # what a worker inherits
+        run(toy.NOISY_MEAN, [{"mu": 3.0}], seeds=(0, 1), workers=2)
+        assert runner._KEPT["pool"] is not kept and kept._processes is None   # replaced
+    finally:
+        runner.shutdown_workers()
+    assert not runner._KEPT
+
+
 @pytest.mark.parametrize("kwargs, error, words", [
     (dict(configs=[{"mu": 0.0}], seeds=(0,)), ValueError, "two distinct seeds"),
     (dict(configs=[{"mu": 0.0}], seeds=(1, 1)), ValueError, "two distinct seeds"),

@@ -250,7 +250,8 @@ def trained(seed: int, norm: str, group: int = 32, grouping: str = "random",
     data = datasets.mnist1d()
     torch.manual_seed(seed)                    # the initial weights: the same for every config
     model = cnn(norm, net, group, batch, width)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # foreach: one call per step for all the tensors, the same numbers as the loop over them
+    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     draw = batches(data.y, batch, sampling, torch.Generator().manual_seed(1000 + seed), classes)
     bns = _batch_norms(model)
     for t in range(steps):

@@ -12,7 +12,9 @@ Every training run behind a chapter's claim goes through :func:`run`:
   (``torch.backends.cpu.get_cpu_capability()``) and a hash of normcore's source: a rebuild
   retrains nothing, and a changed config or a changed line of the package retrains;
 * runs not in the cache are spread over worker processes when the first one shows that the
-  rest take long enough to pay for starting them;
+  rest take long enough to pay for starting them; the processes are kept for the next call
+  (a chapter runs several sweeps, and each would pay again for Python, torch and its data)
+  until Python exits or :func:`shutdown_workers`;
 * :class:`Results` gives per-seed values, the mean with a 95% Student-*t* interval
   (:func:`interval`), and the interval of a paired difference between two configs run on
   the same seeds, the statistic a comparative claim is asserted on.
@@ -43,7 +45,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-__all__ = ["Experiment", "Interval", "Results", "interval", "run", "cache_dir", "grid"]
+__all__ = ["Experiment", "Interval", "Results", "interval", "run", "cache_dir", "grid",
+           "shutdown_workers"]
 
 LEVEL = 0.95
 #: Starting a worker process (Python, torch, normcore) costs about this many seconds.
@@ -341,6 +344,38 @@ def _ipython():
     return get_ipython()
 
 
+_KEPT: dict[str, Any] = {}
+
+
+def _setting() -> tuple:
+    """What a worker inherits when it starts: the environment and the import path."""
+    return tuple(sorted(os.environ.items())), tuple(sys.path)
+
+
+def _kept_workers() -> int | None:
+    """The number of kept worker processes, if they were started in the current setting."""
+    return _KEPT["workers"] if _KEPT and _KEPT["setting"] == _setting() else None
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    """``workers`` worker processes, started once and kept for the next :func:`run`; a call
+    that needs another number of them, or runs in another environment, replaces them."""
+    if _kept_workers() != workers:
+        shutdown_workers()
+        ctx = multiprocessing.get_context("spawn")   # fork would copy torch's threads
+        _KEPT.update(workers=workers, setting=_setting(),
+                     pool=cf.ProcessPoolExecutor(workers, mp_context=ctx))
+    return _KEPT["pool"]
+
+
+def shutdown_workers() -> None:
+    """Stop the worker processes :func:`run` keeps (Python stops them when it exits)."""
+    if _KEPT:
+        pool = _KEPT.pop("pool")
+        _KEPT.clear()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Iterable[int],
         *, workers: int | None = None, progress: bool | None = None) -> Results:
     """Run ``experiment`` for every config and seed; results from the cache where stored.
@@ -350,8 +385,9 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
         configs: dicts of JSON values, passed to ``fn`` as keyword arguments.
         seeds: at least two distinct integers; every config runs on every seed, so two
             configs can be compared seed by seed (:meth:`Results.difference`).
-        workers: worker processes for the runs not in the cache; ``None`` decides from the
-            time the first run takes and the number of cores, ``1`` runs in this process.
+        workers: worker processes for the runs not in the cache; ``None`` takes those an
+            earlier call started, or else decides from the time the first run takes and the
+            number of cores; ``1`` runs in this process.
         progress: ``None`` shows it in a notebook or on a terminal, ``False`` never.
     Returns:
         :class:`Results`.
@@ -403,20 +439,28 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
     computed = len(todo)
     try:
         if todo:
-            t0 = time.perf_counter()
-            first = todo.pop(0)
-            store_one(first, _call(experiment.target, *jobs[first]))
-            seconds = time.perf_counter() - t0
-            cores = os.cpu_count() or 1
             if workers is None:
+                workers = _kept_workers()         # started by an earlier call: no start to pay
+            if workers is None:
+                t0 = time.perf_counter()
+                first = todo.pop(0)
+                store_one(first, _call(experiment.target, *jobs[first]))
+                seconds = time.perf_counter() - t0
+                cores = os.cpu_count() or 1
                 pays = seconds * len(todo) / cores + WORKER_START_SECONDS < seconds * len(todo)
                 workers = min(cores, len(todo)) if pays and len(todo) > 1 else 1
-            if workers > 1:
-                ctx = multiprocessing.get_context("spawn")   # fork would copy torch's threads
-                with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                    futures = {pool.submit(_call, experiment.target, *jobs[i]): i for i in todo}
+            if workers > 1 and todo:
+                futures = {_pool(workers).submit(_call, experiment.target, *jobs[i]): i
+                           for i in todo}
+                try:
                     for fut in cf.as_completed(futures):
                         store_one(futures[fut], fut.result())
+                except BaseException as err:
+                    for fut in futures:
+                        fut.cancel()
+                    if isinstance(err, cf.process.BrokenProcessPool):
+                        shutdown_workers()        # a worker died: start afresh next time
+                    raise
             else:
                 for i in todo:
                     store_one(i, _call(experiment.target, *jobs[i]))
