@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from normcore.experiments import runner, toy
+from normcore.experiments import runner, toy, workers
 from normcore.experiments.runner import Experiment, interval, run
 
 
@@ -138,6 +138,51 @@ def test_worker_processes_give_the_same_numbers(cache, monkeypatch):
         assert there.values("mean", mu=mu) == here.values("mean", mu=mu)
     pids = set(there.values("pid", mu=0.0) + there.values("pid", mu=1.0))
     assert len(pids - {float(os.getpid())}) >= 1               # some ran elsewhere
+
+
+def test_worker_processes_are_kept_for_the_next_run(cache, monkeypatch):
+    """A second run uses the processes the first started (it pays for no start), until the
+    environment they inherited changes or they are shut down."""
+    monkeypatch.setenv("NORMCORE_CACHE", "off")
+    workers.shutdown()
+    try:
+        first = run(toy.NOISY_MEAN, runner.grid(mu=(0.0, 1.0)), seeds=(0, 1), workers=2)
+        kept = workers._KEPT["pool"]
+        pids = set(kept._processes)
+        again = run(toy.NOISY_MEAN, [{"mu": 2.0}], seeds=(0, 1, 2))    # workers=None
+        assert workers._KEPT["pool"] is kept
+        assert {int(p) for p in again.values("pid", mu=2.0)} <= pids    # none here, none new
+        assert again.values("mean", mu=2.0)[:2] == tuple(
+            m + 2.0 for m in first.values("mean", mu=0.0))
+        monkeypatch.setenv("NORMCORE_TEST_SETTING", "1")         # what a worker inherits
+        run(toy.NOISY_MEAN, [{"mu": 3.0}], seeds=(0, 1), workers=2)
+        assert workers._KEPT["pool"] is not kept and kept._processes is None   # replaced
+    finally:
+        workers.shutdown()
+    assert not workers._KEPT
+
+
+def test_started_runs_train_in_the_background_and_run_collects_them(cache, monkeypatch):
+    workers.shutdown()
+    configs = runner.grid(mu=(0.0, 1.0), sleep=(0.5,))
+    try:
+        assert runner.start(toy.NOISY_MEAN, configs, seeds=(0, 1, 2)) == 6    # returns at once
+        assert len(workers._STARTED) == 6
+        res = run(toy.NOISY_MEAN, configs, seeds=(0, 1, 2), progress=False)
+        assert not workers._STARTED and res.cached == 0
+        pids = {int(p) for c in configs for p in res.values("pid", **c)}
+        assert pids <= set(workers._KEPT["pool"]._processes)        # made there, not here
+        here = run(toy.NOISY_MEAN, configs, seeds=(0, 1, 2), workers=1)   # from the cache
+        assert here.cached == 6 and here.records == res.records
+        assert runner.start(toy.NOISY_MEAN, configs, seeds=(0, 1, 2)) == 0  # nothing to do
+        monkeypatch.setenv("NORMCORE_CACHE", "off")
+        fresh = run(toy.NOISY_MEAN, configs, seeds=(0, 1, 2), workers=1)
+        for c in configs:
+            assert fresh.values("mean", **c) == res.values("mean", **c)
+    finally:
+        workers.shutdown()
+    with pytest.raises(ValueError, match="two distinct seeds"):
+        runner.start(toy.NOISY_MEAN, configs, seeds=(0,))
 
 
 @pytest.mark.parametrize("kwargs, error, words", [

@@ -203,7 +203,8 @@ def test_registering_imports_no_experiment_module():
                           text=True, check=True)
     assert proc.stdout.split() == ["['normcore.experiments.runner',",
                                    "'normcore.experiments.running',",
-                                   "'normcore.experiments.sweeps']"]
+                                   "'normcore.experiments.sweeps',",
+                                   "'normcore.experiments.workers']"]    # the runner's processes
 
 
 def test_committed_results_load_and_match_their_sweep():

@@ -115,19 +115,24 @@ class GhostBatchNorm1d(torch.nn.Module):
             raise ValueError(f"GhostBatchNorm1d: built for batches of {self.group * self.devices}"
                              f" ({self.devices} ghost batches of {self.group}), got {N}")
         P, rest = self.devices, x.shape[2:]
-        # (P * group, C, *) -> (group, P * C, *): each (ghost batch, channel) is one channel
-        v = x.reshape(P, self.group, C, *rest).transpose(0, 1).reshape(self.group, P * C, *rest)
-        mean, spread = self.running_mean.repeat(P), self._spread().repeat(P)   # one per ghost
+        if P == 1:                                  # one ghost batch: BatchNorm, its buffers
+            v, mean, spread = x, self.running_mean, self._spread()
+        else:
+            # (P * group, C, *) -> (group, P * C, *): each (ghost batch, channel) is a channel
+            v = x.reshape(P, self.group, C, *rest).transpose(0, 1).reshape(self.group, P * C,
+                                                                            *rest)
+            mean, spread = self.running_mean.repeat(P), self._spread().repeat(P)  # per ghost
         if self.renorm:
             y = batch_renorm(v, mean, spread, training=True, r_max=self.r_max,
                              d_max=self.d_max, momentum=self.momentum, eps=self.eps)
-        else:
-            y = TF.batch_norm(v, mean, spread, training=True, momentum=self.momentum,
-                              eps=self.eps)
-        with torch.no_grad():                       # the shared buffers: the ghosts' mean
-            self.running_mean.copy_(mean.view(P, C).mean(0))
-            self._spread().copy_(spread.view(P, C).mean(0))
-        y = y.reshape(self.group, P, C, *rest).transpose(0, 1).reshape(x.shape)
+        else:      # torch.nn.functional.batch_norm's op, without its checks of the arguments
+            y = torch.batch_norm(v, None, None, mean, spread, True, self.momentum, self.eps,
+                                 False)
+        if P > 1:
+            with torch.no_grad():                   # the shared buffers: the ghosts' mean
+                torch.mean(mean.view(P, C), 0, out=self.running_mean)
+                torch.mean(spread.view(P, C), 0, out=self._spread())
+            y = y.reshape(self.group, P, C, *rest).transpose(0, 1).reshape(x.shape)
         return y * self.weight.view(affine) + self.bias.view(affine)
 
 
@@ -250,7 +255,8 @@ def trained(seed: int, norm: str, group: int = 32, grouping: str = "random",
     data = datasets.mnist1d()
     torch.manual_seed(seed)                    # the initial weights: the same for every config
     model = cnn(norm, net, group, batch, width)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # foreach: one call per step for all the tensors, the same numbers as the loop over them
+    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     draw = batches(data.y, batch, sampling, torch.Generator().manual_seed(1000 + seed), classes)
     bns = _batch_norms(model)
     for t in range(steps):

@@ -12,7 +12,9 @@ Every training run behind a chapter's claim goes through :func:`run`:
   (``torch.backends.cpu.get_cpu_capability()``) and a hash of normcore's source: a rebuild
   retrains nothing, and a changed config or a changed line of the package retrains;
 * runs not in the cache are spread over worker processes when the first one shows that the
-  rest take long enough to pay for starting them;
+  rest take long enough to pay for starting them; the processes are kept for the next call
+  (:mod:`~normcore.experiments.workers`), and :func:`start` hands runs to them ahead of
+  the :func:`run` that collects them, so that they train while the caller does other work;
 * :class:`Results` gives per-seed values, the mean with a 95% Student-*t* interval
   (:func:`interval`), and the interval of a paired difference between two configs run on
   the same seeds, the statistic a comparative claim is asserted on.
@@ -32,7 +34,6 @@ import importlib
 import itertools
 import json
 import math
-import multiprocessing
 import os
 import sys
 import time
@@ -43,7 +44,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-__all__ = ["Experiment", "Interval", "Results", "interval", "run", "cache_dir", "grid"]
+from . import workers as _workers
+
+__all__ = ["Experiment", "Interval", "Results", "interval", "run", "start", "cache_dir",
+           "grid"]
 
 LEVEL = 0.95
 #: Starting a worker process (Python, torch, normcore) costs about this many seconds.
@@ -341,21 +345,9 @@ def _ipython():
     return get_ipython()
 
 
-def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Iterable[int],
-        *, workers: int | None = None, progress: bool | None = None) -> Results:
-    """Run ``experiment`` for every config and seed; results from the cache where stored.
-
-    Args:
-        experiment: what to run.
-        configs: dicts of JSON values, passed to ``fn`` as keyword arguments.
-        seeds: at least two distinct integers; every config runs on every seed, so two
-            configs can be compared seed by seed (:meth:`Results.difference`).
-        workers: worker processes for the runs not in the cache; ``None`` decides from the
-            time the first run takes and the number of cores, ``1`` runs in this process.
-        progress: ``None`` shows it in a notebook or on a terminal, ``False`` never.
-    Returns:
-        :class:`Results`.
-    """
+def _jobs(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Iterable[int],
+          workers: int | None) -> tuple[tuple[dict, ...], tuple[int, ...]]:
+    """The checked configs and seeds of a call to :func:`run` or :func:`start`."""
     if not isinstance(experiment, Experiment):
         raise TypeError(f"run: expected an Experiment, got {type(experiment).__name__}")
     cfgs = tuple(_check_config(experiment.name, c) for c in configs)
@@ -370,6 +362,27 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
     if workers is not None and workers < 1:
         raise ValueError(f"run: workers must be >= 1 or None, got {workers}")
 
+    return cfgs, seeds
+
+
+def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Iterable[int],
+        *, workers: int | None = None, progress: bool | None = None) -> Results:
+    """Run ``experiment`` for every config and seed; results from the cache where stored.
+
+    Args:
+        experiment: what to run.
+        configs: dicts of JSON values, passed to ``fn`` as keyword arguments.
+        seeds: at least two distinct integers; every config runs on every seed, so two
+            configs can be compared seed by seed (:meth:`Results.difference`).
+        workers: worker processes for the runs not in the cache; ``None`` takes those an
+            earlier call started, or else decides from the time the first run takes and the
+            number of cores; ``1`` runs in this process.  Runs handed over by :func:`start`
+            are collected from the processes that have them.
+        progress: ``None`` shows it in a notebook or on a terminal, ``False`` never.
+    Returns:
+        :class:`Results`.
+    """
+    cfgs, seeds = _jobs(experiment, configs, seeds, workers)
     start = time.perf_counter()
     store = cache_dir()
     refresh = os.environ.get("NORMCORE_REFRESH", "") not in ("", "0")
@@ -402,26 +415,64 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
     todo = [i for i in range(len(jobs)) if i not in found]
     computed = len(todo)
     try:
-        if todo:
+        # runs handed over by start(): collected from the processes that have them
+        started = {i: fut for i in todo if (fut := _workers.take(keys[i][0])) is not None}
+        todo = [i for i in todo if i not in started]
+        if started:                   # the rest go there too (or here, if they are gone)
+            workers = _workers.kept() or 1
+        elif workers is None:
+            workers = _workers.kept()         # kept from an earlier call: no start to pay
+        if workers is None and todo:
             t0 = time.perf_counter()
             first = todo.pop(0)
             store_one(first, _call(experiment.target, *jobs[first]))
             seconds = time.perf_counter() - t0
             cores = os.cpu_count() or 1
-            if workers is None:
-                pays = seconds * len(todo) / cores + WORKER_START_SECONDS < seconds * len(todo)
-                workers = min(cores, len(todo)) if pays and len(todo) > 1 else 1
-            if workers > 1:
-                ctx = multiprocessing.get_context("spawn")   # fork would copy torch's threads
-                with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                    futures = {pool.submit(_call, experiment.target, *jobs[i]): i for i in todo}
-                    for fut in cf.as_completed(futures):
-                        store_one(futures[fut], fut.result())
-            else:
-                for i in todo:
-                    store_one(i, _call(experiment.target, *jobs[i]))
+            pays = seconds * len(todo) / cores + WORKER_START_SECONDS < seconds * len(todo)
+            workers = min(cores, len(todo)) if pays and len(todo) > 1 else 1
+        futures = {fut: i for i, fut in started.items()}
+        if workers is not None and workers > 1 and todo:
+            executor = _workers.pool(workers)
+            futures.update({executor.submit(_call, experiment.target, *jobs[i]): i for i in todo})
+            todo = []
+        try:
+            for i in todo:                                       # in this process
+                store_one(i, _call(experiment.target, *jobs[i]))
+            for fut in cf.as_completed(futures):
+                store_one(futures[fut], fut.result())
+        except BaseException as err:
+            for fut in futures:
+                fut.cancel()
+            if isinstance(err, cf.process.BrokenProcessPool):
+                _workers.shutdown()               # a worker died: start afresh next time
+            raise
     finally:
         bar.close()
     records = tuple((jobs[i][0], jobs[i][1], found[i]) for i in range(len(jobs)))
     return Results(experiment, cfgs, seeds, records, cached=len(jobs) - computed,
                    seconds=time.perf_counter() - start)
+
+
+def start(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Iterable[int],
+          *, workers: int | None = None) -> int:
+    """Hand the runs of ``experiment`` not in the cache to worker processes and return at
+    once: the :func:`run` with these configs and seeds (later, in this process) collects them.
+
+    A notebook starts its later sweeps before it draws its figures, and they train meanwhile.
+    ``workers``: ``None`` takes the kept processes, or one per core.  Returns how many runs
+    were handed over (none on a single core: :func:`run` trains them then).
+    """
+    cfgs, seeds = _jobs(experiment, configs, seeds, workers)
+    store = cache_dir()
+    refresh = os.environ.get("NORMCORE_REFRESH", "") not in ("", "0")
+    folder = None if store is None else store / "experiments" / experiment.name
+    keys = [(_key(experiment, c, s)[0], c, s) for c in cfgs for s in seeds]
+    todo = [(key, c, s) for key, c, s in keys
+            if folder is None or refresh or not (folder / f"{key}.json").exists()]
+    cores = os.cpu_count() or 1
+    workers = workers or _workers.kept() or min(cores, len(todo))
+    if workers < 2 or not todo:
+        return 0
+    for key, c, s in todo:
+        _workers.submit(key, _call, experiment.target, c, s, workers=workers)
+    return len(todo)

@@ -121,7 +121,8 @@ def trained(seed: int, bn: bool, lr: float = 1.0, steps: int = 1500, batch: int 
     x_test, y_test = data.x_test.flatten(1), data.y_test
     torch.manual_seed(seed)                  # the weights: the same draw with and without BN
     net = mlp(bn)
-    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    # foreach: one call per step for all the tensors, the same numbers as the loop over them
+    opt = torch.optim.SGD(net.parameters(), lr=lr, foreach=True)
     gen = torch.Generator().manual_seed(1000 + seed)     # the batches: the same for both
     order, pos = torch.randperm(len(y), generator=gen), 0
     out: dict[str, float] = {}

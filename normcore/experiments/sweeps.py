@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from .runner import Experiment, Results, _source_hash, grid, run
+from .runner import Experiment, Results, _source_hash, grid, run, start
 
 __all__ = ["Sweep", "register", "get", "names", "results_path", "write_results",
            "load_results", "read_provenance", "provenance", "RESULTS_DIR", "FORMAT"]
@@ -143,6 +143,15 @@ class Sweep:
         if seeds is None:
             seeds = self.reduced_seeds if reduced else self.seeds
         return run(self.get_experiment(), configs, seeds, workers=workers, progress=progress)
+
+    def start(self, *, reduced: bool = False, seeds: Iterable[int] | None = None,
+              workers: int | None = None) -> int:
+        """Hand the runs not in the cache to worker processes (:func:`~.runner.start`) and
+        return: a later :meth:`run` with the same arguments collects them."""
+        configs = self.reduced_configs if reduced else self.configs
+        if seeds is None:
+            seeds = self.reduced_seeds if reduced else self.seeds
+        return start(self.get_experiment(), configs, seeds, workers=workers)
 
     @property
     def results_path(self) -> Path:
