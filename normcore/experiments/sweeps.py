@@ -367,3 +367,18 @@ register(Sweep(
                 "normalizer-free (Scaled WS, alpha and beta), 100 or 300 SGD steps at "
                 "learning rate 0.05, and 100 at 0.2; test accuracy",
     figure="chapter 9, normalizer-free ResNets (Brock et al. 2021)"))
+
+_PREPOST_HIGH = 0.01          # where Post-LN without warm-up fails and warm-up rescues it
+register(Sweep(
+    "prepost", "normcore.experiments.prepost:TRAIN",
+    configs=grid(placement=("pre", "post"), warmup=(0, 20),
+                 lr=(0.0025, 0.005, 0.01, 0.02, 0.04)),
+    seeds=range(10),
+    reduced_configs=[dict(placement="post", warmup=0, lr=_PREPOST_HIGH),
+                     dict(placement="post", warmup=20, lr=_PREPOST_HIGH),
+                     dict(placement="pre", warmup=0, lr=_PREPOST_HIGH)],
+    reduced_seeds=range(5),
+    description="a tiny transformer on MNIST-1D (12 layers, LayerNorm) with Pre-LN or "
+                "Post-LN, learning rates 0.0025 to 0.04, with and without 20 steps of "
+                "warm-up: 80 AdamW steps; final training loss and test accuracy",
+    figure="chapter 8, Pre-LN against Post-LN, trained (Xiong et al. 2020)"))

@@ -47,7 +47,7 @@ import torch.nn.functional as TF
 
 from .. import nn as ncnn
 from .runner import Experiment
-from .training import evaluate, train_cosine
+from .training import check_schedule, evaluate, train_cosine
 
 __all__ = ["NORMS", "PLACEMENTS", "TinyTransformer", "data", "train_model", "trained",
            "norm_io", "tanh_fit", "TanhFit", "COMPARE"]
@@ -170,20 +170,27 @@ def data(n_train: int = 4000) -> tuple[torch.Tensor, ...]:
 
 def train_model(seed: int, norm: str = "layer", placement: str = "pre", n_train: int = 4000,
                 steps: int = 300, batch: int = 64, lr: float = 4e-3, C: int = 32, M: int = 2,
-                heads: int = 2, alpha0: float = 0.5,
-                dtype: torch.dtype = torch.float32) -> tuple[TinyTransformer, dict[str, float]]:
+                heads: int = 2, alpha0: float = 0.5, warmup: int = 0,
+                dtype: torch.dtype = torch.float32,
+                losses: list[float] | None = None) -> tuple[TinyTransformer, dict[str, float]]:
     """Train a :class:`TinyTransformer` and return it (in eval mode) with its metrics:
-    ``test_accuracy``, ``test_loss`` and ``train_accuracy``."""
+    ``test_accuracy``, ``test_loss``, ``train_accuracy`` and ``train_loss`` (on the first
+    1,000 training signals).  ``warmup``: steps of linear warm-up before the cosine
+    (:func:`~.training.lr_factor`); ``losses``, if a list, receives every step's batch loss."""
     _check("train_model", norm, placement, C, M, heads)
+    check_schedule("train_model", steps, warmup)
     x, y, x_test, y_test = data(n_train)
     x, x_test = x.to(dtype), x_test.to(dtype)
     torch.manual_seed(seed)
     net = TinyTransformer(norm, placement, C, M, heads, alpha0).to(dtype)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0, fused=True)
-    train_cosine(net, opt, x, y, steps, batch, seed)           # cosine from lr to 0
+    curve = train_cosine(net, opt, x, y, steps, batch, seed, warmup)   # cosine from lr to 0
+    if losses is not None:
+        losses.extend(curve)
     test_accuracy, test_loss = evaluate(net, x_test, y_test)
+    train_accuracy, train_loss = evaluate(net, x[:1000], y[:1000])
     return net, {"test_accuracy": test_accuracy, "test_loss": test_loss,
-                 "train_accuracy": evaluate(net, x[:1000], y[:1000])[0]}
+                 "train_accuracy": train_accuracy, "train_loss": train_loss}
 
 
 def trained(seed: int, norm: str, **config) -> dict[str, float]:
