@@ -65,7 +65,7 @@ def test_every_norm_starts_from_the_seeds_weights_whatever_the_batch():
 def test_the_sweep_is_registered_and_its_results_load():
     sweep = sweeps.get("wsmicro")
     assert sweep.get_experiment() is wsmicro.TRAIN
-    assert sweep.size() == (14, 10) and sweep.size(reduced=True) == (2, 5)
+    assert sweep.size() == (13, 10) and sweep.size(reduced=True) == (2, 5)
     pair = [dict(norm="ws+gn", batch=2, steps=200), dict(norm="bn", batch=32, steps=200)]
     assert list(sweep.reduced_configs) == pair
     res = sweeps.load_results("wsmicro")
