@@ -18,7 +18,10 @@
   steps to a test accuracy (the papers' chapter);
 * :mod:`normcore.experiments.minibatch`: a 1-D CNN on MNIST-1D whose BN takes its statistics
   over ghost batches of any size, dealt at random or by class, beside LN, IN, GN, WS + GN and
-  Batch Renorm (:mod:`normcore.experiments.renorm`) (the papers' chapter).
+  Batch Renorm (:mod:`normcore.experiments.renorm`) (the papers' chapter);
+* :mod:`normcore.experiments.wsmicro`: the same CNN with WS + GN, GN or BN at a real
+  micro-batch of 1 or 2 signals against BN at 32 and 64, at equal steps and at equal
+  examples (the papers' chapter).
 
 Every run goes through :mod:`normcore.experiments.runner` (seeds, intervals, the cache);
 :mod:`normcore.experiments.sweeps` names the full sweeps behind the figures, their reduced
@@ -39,7 +42,7 @@ from .running import *  # noqa: F401,F403
 from .running import __all__ as _running_all
 
 _LAZY = ("running", "sync", "prenorm", "group", "ws", "transformer", "nfnet", "training",
-         "speedup", "minibatch", "renorm",
+         "speedup", "minibatch", "renorm", "wsmicro",
          "sweeps")
 __all__ = list(_running_all) + list(_LAZY)
 

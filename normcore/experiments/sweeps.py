@@ -382,3 +382,21 @@ register(Sweep(
                 "Post-LN, learning rates 0.0025 to 0.04, with and without 20 steps of "
                 "warm-up: 80 AdamW steps; final training loss and test accuracy",
     figure="chapter 8, Pre-LN against Post-LN, trained (Xiong et al. 2020)"))
+
+# WS + GN at a real micro-batch: the optimizer's batch is 1 or 2 signals.  Equal steps (600,
+# and 200 for the chapter's reduced sweep), and equal examples: WS + GN and GN for 3,200 steps
+# of 2 (the 6,400 signals of 200 steps of 32), BN at 32 for 38 steps (1,216 signals, about the
+# 1,200 of 600 steps of 2)
+_WSM_REDUCED = [dict(norm="ws+gn", batch=2, steps=200), dict(norm="bn", batch=32, steps=200)]
+register(Sweep(
+    "wsmicro", "normcore.experiments.wsmicro:TRAIN",
+    configs=_WSM_REDUCED
+    + grid(norm=("ws+gn", "gn", "bn"), batch=(2,), steps=(600,))
+    + [dict(norm="ws+gn", batch=2, steps=600, lr=7.5e-4), dict(norm="ws+gn", batch=1, steps=600)]
+    + grid(norm=("bn", "ws+gn"), batch=(32,), steps=(600,)) + [dict(norm="bn", batch=64, steps=600)]
+    + grid(norm=("ws+gn", "gn"), batch=(2,), steps=(3200,)) + [dict(norm="bn", batch=32, steps=38)],
+    seeds=range(10), reduced_configs=_WSM_REDUCED, reduced_seeds=range(5),
+    description="the 1-D CNN on MNIST-1D with WS + GN, GN or BN at a real micro-batch of 1 or 2 "
+                "signals against BN (and WS + GN) at 32 and 64: equal Adam steps (200, 600), "
+                "and equal examples (3,200 steps of 2, 38 of 32); test accuracy",
+    figure="chapter 8, WS + GN at micro-batch (Qiao et al. 2019)"))
