@@ -162,6 +162,32 @@ def test_worker_processes_are_kept_for_the_next_run(cache, monkeypatch):
     assert not workers._KEPT
 
 
+def _sigint_handler(_):
+    import signal
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_kept_workers_ignore_interrupts_and_a_broken_pool_is_replaced(cache, monkeypatch):
+    """Jupyter interrupts a kernel's whole process group: the workers must not die of it; and
+    a pool whose worker died anyway is not kept."""
+    import signal
+
+    monkeypatch.setenv("NORMCORE_CACHE", "off")
+    workers.shutdown()
+    try:
+        pool = workers.pool(2)
+        assert all(pool.map(_sigint_handler, range(4)))            # SIG_IGN in each worker
+        assert workers.kept() == 2
+        os.kill(next(iter(pool._processes)), signal.SIGKILL)       # a worker dies
+        with pytest.raises(Exception):
+            pool.submit(_sigint_handler, 0).result(timeout=30)
+        assert workers.kept() is None                              # broken: not kept
+        res = run(toy.NOISY_MEAN, [{"mu": 0.0}], seeds=(0, 1), workers=2)
+        assert workers._KEPT["pool"] is not pool and len(res.records) == 2
+    finally:
+        workers.shutdown()
+
+
 def test_started_runs_train_in_the_background_and_run_collects_them(cache, monkeypatch):
     workers.shutdown()
     configs = runner.grid(mu=(0.0, 1.0), sleep=(0.5,))

@@ -10,6 +10,12 @@ and the import path a process inherits when it starts) has changed, replaces the
 Runs can also be handed to the processes before they are needed (:func:`submit`, by the run's
 cache key) and collected later (:func:`take`): :func:`~normcore.experiments.runner.start` uses
 this so that a chapter's later sweeps train while the chapter draws its figures.
+
+The workers ignore SIGINT.  Jupyter interrupts a kernel by signalling its process group, which
+holds the workers too: without this, an interrupt, or the end of a kernel, would kill them
+mid-queue with a traceback each and leave a broken pool behind.  An interrupt stops the
+notebook's wait; the runs already begun finish in the background.  A pool that broke anyway
+(a worker killed) is not kept: the next call starts new processes.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import atexit
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
 import sys
 from typing import Any, Callable
 
@@ -31,9 +38,17 @@ def _setting() -> tuple:
     return tuple(sorted(os.environ.items())), tuple(sys.path)
 
 
+def _ignore_interrupt() -> None:
+    """Each worker's initializer: SIGINT is for the notebook's process, not for its workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def kept() -> int | None:
-    """The number of kept worker processes, if they were started in the current setting."""
-    return _KEPT["workers"] if _KEPT and _KEPT["setting"] == _setting() else None
+    """The number of kept worker processes, if they were started in the current setting and
+    none of them died."""
+    if not _KEPT or _KEPT["setting"] != _setting() or getattr(_KEPT["pool"], "_broken", False):
+        return None
+    return _KEPT["workers"]
 
 
 def pool(workers: int) -> cf.ProcessPoolExecutor:
@@ -42,7 +57,8 @@ def pool(workers: int) -> cf.ProcessPoolExecutor:
         shutdown()
         ctx = multiprocessing.get_context("spawn")   # fork would copy torch's threads
         _KEPT.update(workers=workers, setting=_setting(),
-                     pool=cf.ProcessPoolExecutor(workers, mp_context=ctx))
+                     pool=cf.ProcessPoolExecutor(workers, mp_context=ctx,
+                                               initializer=_ignore_interrupt))
     return _KEPT["pool"]
 
 
