@@ -151,7 +151,7 @@ def read_bibliography(path: str | Path) -> dict[str, tuple[str, str]]:
 def book_index(chapters: str | Path, bibliography: str | Path | None = None) -> BookIndex:
     """The index of the book whose chapters (``*.ipynb``) are in the folder ``chapters``;
     ``bibliography`` defaults to ``assets/references.bib`` beside that folder."""
-    chapters = Path(chapters)
+    chapters = Path(chapters).resolve()
     if not chapters.is_dir():
         raise ValueError(f"{chapters} is not a folder of chapters: give the book's chapters/")
     index = BookIndex()
