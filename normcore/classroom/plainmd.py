@@ -120,8 +120,8 @@ def _index_notebook(nb, stem: str, index: BookIndex) -> None:
                 label = options.get("label") or options.get("name")
                 kind = ("exercise" if name == "exercise" else "equation" if name == "math"
                         else "admonition")
-                num = number(kind) if kind != "admonition" and (kind == "exercise" or label) \
-                    else ""
+                # the book numbers every exercise, and the equations that have a label
+                num = number(kind) if kind == "exercise" or kind == "equation" and label else ""
                 if label:
                     index.targets[label] = Target(stem, arg, kind, num)
 
