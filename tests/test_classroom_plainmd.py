@@ -192,3 +192,14 @@ def test_myst_option_keeps_the_chapters_markdown(tmp_path):
     assert "````{exercise}" in text and ":label: ex-bn-forward" in text
     assert main(["student", str(path), "--myst", "-o", str(tmp_path / "m")]) == 0
     assert (tmp_path / "m" / path.name).read_text() == (tmp_path / path.name).read_text()
+
+
+def test_the_book_numbers_as_the_site():
+    """The numbers the built site shows: chapter 3's first labelled equation is (3.1), the
+    four sets are chapter 1's second figure, the forward pass is exercise 2.1."""
+    index = book_index(ROOT / "chapters")
+    assert index.targets["ema"].number == "3.1" and index.targets["ema-unrolled"].number == "3.2"
+    assert index.targets["fig-four-sets"].number == "1.2"
+    assert index.targets["ex-bn-forward"].number == "2.1"
+    assert index.titles["06_group_norm"] == "Group Normalization"
+    assert index.citations["wu2018group"] == ("Wu and He", "2018")
