@@ -31,6 +31,7 @@ from normcore.classroom.__main__ import main
 from normcore.classroom.feedback import default_folder, file_name, write_feedback
 from normcore.classroom.grade import grade, grade_notebook, summary, write_csv
 from normcore.classroom.marking import solution_lines, source_text
+from normcore.classroom.plainmd import BookIndex, book_index
 from normcore.classroom.student import dumps, write_student
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +140,9 @@ def chapter():
 
 @pytest.fixture(scope="module")
 def student(chapter):
-    return student_notebook(chapter, "small")
+    """The small chapter's student notebook, its markdown plain (as the command writes it):
+    the grader finds the exercises by the cells' nbgrader ids, not by the MyST fences."""
+    return student_notebook(chapter, "small", BookIndex())
 
 
 # =======================================================================================
@@ -587,7 +590,9 @@ def test_student_chapters_run_with_only_stubs_unimplemented():
     one kernel), executed as an untouched submission: every coding exercise is reported as
     not implemented, and no cell fails.  NORMCORE_FULL_STUDENT_RUN=1 executes each whole
     chapter in its own kernel instead (slower)."""
-    students = [student_notebook(nbformat.read(p, as_version=4), p.stem) for p in CHAPTERS]
+    index = book_index(ROOT / "chapters")
+    students = [student_notebook(nbformat.read(p, as_version=4), p.stem, index)
+                for p in CHAPTERS]
     if os.environ.get("NORMCORE_FULL_STUDENT_RUN") == "1":
         runs = students
     else:

@@ -11,6 +11,8 @@ Two commands::
   the solution, the check; labels and points);
 * :mod:`.student` writes the student version: solutions replaced by nbgrader's stubs,
   outputs cleared, nbgrader metadata on the cells, the exercises in the notebook metadata;
+  :mod:`.plainmd` rewrites its MyST markdown as plain CommonMark and math, so that it reads
+  in plain Jupyter (``--myst`` keeps MyST);
 * :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
   kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
   in the student's kernel;

@@ -18,6 +18,10 @@ def main(argv=None) -> int:
     st.add_argument("chapters", nargs="+", metavar="CHAPTER.ipynb")
     st.add_argument("-o", "--out", required=True, metavar="DIR",
                     help="where to write the student notebooks (not the chapters' folder)")
+    st.add_argument("--myst", action="store_true",
+                    help="keep the chapters' MyST markdown (for JupyterLab with jupyterlab-myst "
+                         "or a Jupyter Book build); by default it becomes plain markdown that "
+                         "plain Jupyter renders")
     gr = sub.add_parser("grade", help="grade submissions; one CSV row per student and exercise")
     gr.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb",
                     help="the notebooks handed in, or one folder: every notebook under it")
@@ -66,10 +70,16 @@ def main(argv=None) -> int:
         return 0
 
     if args.command == "student":
+        from .plainmd import book_index
         from .student import write_student
+        indexes = {}
         for chapter in args.chapters:
             try:
-                target = write_student(chapter, args.out)
+                folder = Path(chapter).parent
+                if not args.myst and folder not in indexes:
+                    indexes[folder] = book_index(folder)
+                target = write_student(chapter, args.out, myst=args.myst,
+                                       index=indexes.get(folder))
             except (MarkingError, ValueError, OSError) as e:
                 print(f"{chapter}: {e}", file=sys.stderr)
                 return 1

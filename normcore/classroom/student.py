@@ -13,16 +13,25 @@
   ``locked``, ``grade_id``, ``points``), and the notebook's metadata the list of exercises
   (``metadata.normcore.classroom``) that :mod:`normcore.classroom.grade` reads.
 
+* every markdown cell is rewritten from MyST to plain CommonMark and MathJax math
+  (:mod:`normcore.classroom.plainmd`) when a :class:`~.plainmd.BookIndex` is given, as
+  :func:`write_student` does by default: the student notebook reads in plain Jupyter,
+  without the jupyterlab-myst extension.  Each exercise's statement then opens with
+  ``**Exercise 2.1** (`ex-bn-forward`, 2 points)``, its number in the book, its label and
+  its points.
+
 The output is deterministic: the same chapter gives the same bytes.
 """
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import nbformat
 
 from .marking import BEGIN, END, Exercise, read_exercises, solution_regions, source_text
+from .plainmd import BookIndex, book_index, to_plain
 
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ANSWER = "YOUR ANSWER HERE"
@@ -70,9 +79,22 @@ def manifest(exercises: list[Exercise], source: str) -> dict:
          "options": e.options} for e in exercises]}
 
 
-def student_notebook(nb: dict, name: str = "notebook") -> dict:
-    """The student version of the chapter ``nb`` (a notebook dict, not modified)."""
+class MystLeftWarning(UserWarning):
+    """A student notebook keeps MyST the plain-markdown rewriting does not know."""
+
+
+def _points(n: int) -> str:
+    return f", {n} point{'' if n == 1 else 's'}"
+
+
+def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None = None) -> dict:
+    """The student version of the chapter ``nb`` (a notebook dict, not modified), named
+    ``name`` (its file's stem). With ``index`` (:func:`~.plainmd.book_index`), the markdown
+    is plain CommonMark (what it cannot rewrite stays, with a :class:`MystLeftWarning`);
+    without, it stays MyST."""
     exercises = read_exercises(nb, name)
+    notes = {e.label: _points(e.points) for e in exercises}
+    left: list[str] = []
     role_of: dict[int, tuple[Exercise, str]] = {}
     for ex in exercises:
         role_of[ex.statement] = (ex, "statement")
@@ -94,6 +116,9 @@ def student_notebook(nb: dict, name: str = "notebook") -> dict:
                                                        metadata=meta))
             continue
         new = _clean(cell)
+        if index is not None and new["cell_type"] == "markdown":
+            new["source"], unknown = to_plain(source_text(cell), index, name, notes)
+            left += unknown
         if role == "statement":
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-statement", locked=True)
         elif role == "solution":
@@ -111,6 +136,9 @@ def student_notebook(nb: dict, name: str = "notebook") -> dict:
     meta.setdefault("normcore", {})["classroom"] = manifest(exercises, name)
     out = nbformat.v4.new_notebook(cells=cells, metadata=meta)
     out.nbformat_minor = max(nb.get("nbformat_minor", 5), 5)  # 4.5: cells have ids
+    if left:
+        warnings.warn(f"{name}: left as MyST (not known to the plain-markdown rewriting): "
+                      f"{', '.join(dict.fromkeys(left))}", MystLeftWarning, stacklevel=2)
     return out
 
 
@@ -119,11 +147,16 @@ def dumps(nb) -> str:
     return nbformat.writes(nbformat.from_dict(nb))
 
 
-def write_student(chapter: str | Path, out_dir: str | Path) -> Path:
-    """Write the student version of ``chapter`` into ``out_dir`` under the same name."""
+def write_student(chapter: str | Path, out_dir: str | Path, *, myst: bool = False,
+                  index: BookIndex | None = None) -> Path:
+    """Write the student version of ``chapter`` into ``out_dir`` under the same name. Its
+    markdown is plain (looked up in ``index``, by default :func:`~.plainmd.book_index` of the
+    chapter's folder), or MyST as in the chapter with ``myst=True``."""
     chapter, out_dir = Path(chapter), Path(out_dir)
     nb = nbformat.reads(chapter.read_text(encoding="utf-8"), as_version=4)
-    student = student_notebook(nb, chapter.stem)
+    if not myst and index is None:
+        index = book_index(chapter.parent)
+    student = student_notebook(nb, chapter.stem, None if myst else index)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / chapter.name
     if target.resolve() == chapter.resolve():
@@ -132,4 +165,5 @@ def write_student(chapter: str | Path, out_dir: str | Path) -> Path:
     return target
 
 
-__all__ = ["student_notebook", "write_student", "stub_source", "dumps", "BEGIN", "END"]
+__all__ = ["student_notebook", "write_student", "stub_source", "dumps", "MystLeftWarning",
+           "BEGIN", "END"]
