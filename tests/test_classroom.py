@@ -203,6 +203,31 @@ def test_exercise_overview_reads_a_copy_without_solutions(tmp_path):
         assert exercises_of([copy]) == exercises_of([path])
 
 
+def test_the_classroom_pages_tools_read_a_copy_without_solutions(tmp_path):
+    """The classroom page's cells run in `make book-nosolutions` too, on chapters without
+    solution cells: the roster's list of exercises is the same, and a student notebook of
+    such a copy has the same statements (and no solution to fill in)."""
+    from normcore.classroom.gradebook import chapter_exercises
+    from normcore.classroom.nosolutions import without_solutions
+    from normcore.classroom.plainmd import book_index
+
+    index = book_index(ROOT / "chapters")
+    for path in sorted((ROOT / "chapters").glob("0[1-9]_*.ipynb"))[1:3]:
+        book = nbformat.read(path, as_version=4)
+        copy = tmp_path / path.name
+        nbformat.write(without_solutions(book), copy)
+        assert chapter_exercises([copy]) == chapter_exercises([path])
+        stripped = nbformat.read(copy, as_version=4)
+
+        def statements(nb):
+            return [c.source for c in student_notebook(nb, path.stem, index).cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id", "").endswith("-statement")]
+        assert statements(stripped) == statements(book) and statements(book)
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id", "")
+               for c in student_notebook(stripped, path.stem, index).cells]
+        assert not [i for i in ids if "-solution" in i or "-check" in i]
+
+
 def test_every_chapter_has_a_checked_exercise():
     from normcore.classroom import exercises_of
 

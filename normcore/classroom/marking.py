@@ -105,6 +105,21 @@ def solution_lines(source: str) -> list[str]:
     return [line for b, e in solution_regions(source) for line in lines[b + 1:e]]
 
 
+def has_solutions(nb) -> bool:
+    """Whether ``nb`` keeps its solution cells (a copy without solutions does not, see
+    :mod:`.nosolutions`)."""
+    return any((marking(c) or {}).get("role") == "solution" for c in nb["cells"])
+
+
+def read_statements(nb) -> list[Exercise]:
+    """The exercises of a copy without solutions (:mod:`.nosolutions`), from their statements
+    alone: label, points, the statement's index, and the check's op and function, which the
+    copy keeps in the statement's marking."""
+    return [Exercise(m["exercise"], m.get("points", 0), statement=i, op=m.get("op"),
+                     function=m.get("function"))
+            for i, m in enumerate(map(marking, nb["cells"])) if m and m.get("role") == "statement"]
+
+
 def read_exercises(nb, name: str = "notebook") -> list[Exercise]:
     """The marked exercises of ``nb`` (a notebook dict), in notebook order."""
     exercises: dict[str, Exercise] = {}

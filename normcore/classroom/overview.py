@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 
-from .marking import marking, read_exercises
+from .marking import has_solutions, read_exercises, read_statements
 
 
 def exercises_of(paths) -> list[dict]:
@@ -19,17 +19,13 @@ def exercises_of(paths) -> list[dict]:
     for path in paths:
         path = Path(path)
         nb = nbformat.read(path, as_version=4)
-        if any((marking(c) or {}).get("role") == "solution" for c in nb.cells):
-            found = [(ex.label, ex.points, ex.op, ex.function)
-                     for ex in read_exercises(nb, path.name)]
-        else:   # a copy without solutions: the statements keep the op (.nosolutions)
-            found = [(m["exercise"], m.get("points", 0), m.get("op"), m.get("function"))
-                     for m in map(marking, nb.cells) if m and m.get("role") == "statement"]
-        for label, points, op, function in found:
+        # a copy without solutions: the statements keep the op (.nosolutions)
+        found = (read_exercises(nb, path.name) if has_solutions(nb) else read_statements(nb))
+        for ex in found:
             rows.append({
-                "chapter": path.stem, "label": label, "points": points,
-                "op": op, "function": function,
-                "mistakes": len(exercises.catalogue(op)) if op else None,
+                "chapter": path.stem, "label": ex.label, "points": ex.points,
+                "op": ex.op, "function": ex.function,
+                "mistakes": len(exercises.catalogue(ex.op)) if ex.op else None,
             })
     return rows
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import nbformat
 
-from .marking import BEGIN, END, Exercise, read_exercises, solution_regions, source_text
+from .marking import (BEGIN, END, Exercise, has_solutions, read_exercises, read_statements,
+                      solution_regions, source_text)
 from .plainmd import BookIndex, book_index, to_plain
 
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
@@ -91,8 +92,10 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
     """The student version of the chapter ``nb`` (a notebook dict, not modified), named
     ``name`` (its file's stem). With ``index`` (:func:`~.plainmd.book_index`), the markdown
     is plain CommonMark (what it cannot rewrite stays, with a :class:`MystLeftWarning`);
-    without, it stays MyST."""
-    exercises = read_exercises(nb, name)
+    without, it stays MyST. From a copy without solutions (:mod:`.nosolutions`) it has the
+    statements and no solution cells to fill in: make a class's notebooks from the book's
+    chapters."""
+    exercises = read_exercises(nb, name) if has_solutions(nb) else read_statements(nb)
     notes = {e.label: _points(e.points) for e in exercises}
     left: list[str] = []
     role_of: dict[int, tuple[Exercise, str]] = {}
