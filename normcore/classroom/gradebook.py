@@ -32,7 +32,7 @@ import nbformat
 
 from .grade import Row
 from .roster import Student, Submission, expected_path
-from .marking import has_solutions, read_exercises, read_statements
+from .marking import exercises_in
 from .student import manifest
 
 NOT_ON_ROSTER = "not on the roster"
@@ -61,7 +61,7 @@ def chapter_exercises(paths) -> dict[str, list[dict]]:
             raise ValueError(f"cannot read the chapter {path}: {e}") from None
         listed = nb.get("metadata", {}).get("normcore", {}).get("classroom")
         if not isinstance(listed, dict) or "exercises" not in listed:
-            marked = read_exercises(nb, path.name) if has_solutions(nb) else read_statements(nb)
+            marked = exercises_in(nb, path.name)
             listed = manifest(marked, path.stem)
         if not listed["exercises"]:
             raise ValueError(f"the chapter {path} has no marked exercise")

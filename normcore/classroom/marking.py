@@ -120,6 +120,12 @@ def read_statements(nb) -> list[Exercise]:
             for i, m in enumerate(map(marking, nb["cells"])) if m and m.get("role") == "statement"]
 
 
+def exercises_in(nb, name: str = "notebook") -> list[Exercise]:
+    """The exercises of a chapter or of a copy of it without solutions: :func:`read_exercises`
+    where the solutions are there, :func:`read_statements` where they are not."""
+    return read_exercises(nb, name) if has_solutions(nb) else read_statements(nb)
+
+
 def read_exercises(nb, name: str = "notebook") -> list[Exercise]:
     """The marked exercises of ``nb`` (a notebook dict), in notebook order."""
     exercises: dict[str, Exercise] = {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 
-from .marking import has_solutions, read_exercises, read_statements
+from .marking import exercises_in
 
 
 def exercises_of(paths) -> list[dict]:
@@ -20,7 +20,7 @@ def exercises_of(paths) -> list[dict]:
         path = Path(path)
         nb = nbformat.read(path, as_version=4)
         # a copy without solutions: the statements keep the op (.nosolutions)
-        found = (read_exercises(nb, path.name) if has_solutions(nb) else read_statements(nb))
+        found = exercises_in(nb, path.name)
         for ex in found:
             rows.append({
                 "chapter": path.stem, "label": ex.label, "points": ex.points,

@@ -30,8 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from .marking import (BEGIN, END, Exercise, has_solutions, read_exercises, read_statements,
-                      solution_regions, source_text)
+from .marking import BEGIN, END, Exercise, exercises_in, solution_regions, source_text
 from .plainmd import BookIndex, book_index, to_plain
 
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
@@ -95,7 +94,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
     without, it stays MyST. From a copy without solutions (:mod:`.nosolutions`) it has the
     statements and no solution cells to fill in: make a class's notebooks from the book's
     chapters."""
-    exercises = read_exercises(nb, name) if has_solutions(nb) else read_statements(nb)
+    exercises = exercises_in(nb, name)
     notes = {e.label: _points(e.points) for e in exercises}
     left: list[str] = []
     role_of: dict[int, tuple[Exercise, str]] = {}
