@@ -7,7 +7,9 @@ Each exercise is a run of cells whose metadata carries ``"normcore": {"exercise"
 role                cell    content
 ==================  ======  =============================================================
 ``statement``       md      the ````{exercise}```` directive with ``:label: LABEL``; the
-                            metadata also carries ``"points": <int>``
+                            metadata also carries ``"points": <int>`` and, for a coding
+                            exercise, ``"rules": [...]``, what it forbids
+                            (:mod:`normcore.exercises.rules`; the statement says it in words)
 ``solution-start``  md      ````{solution-start} LABEL```` (``:class: dropdown``), prose
 ``solution``        code    the solution; the code a student writes stands between the
                             lines ``### BEGIN SOLUTION`` and ``### END SOLUTION``
@@ -55,6 +57,9 @@ class Exercise:
     op: str | None = None
     function: str | None = None
     options: str = ""
+    #: What the exercise forbids (:mod:`normcore.exercises.rules`), from the statement's
+    #: marking ``"rules": [...]``; the grader passes them to ``exercises.check``.
+    rules: tuple[str, ...] = ()
 
     @property
     def coding(self) -> bool:
@@ -116,8 +121,20 @@ def read_statements(nb) -> list[Exercise]:
     alone: label, points, the statement's index, and the check's op and function, which the
     copy keeps in the statement's marking."""
     return [Exercise(m["exercise"], m.get("points", 0), statement=i, op=m.get("op"),
-                     function=m.get("function"))
+                     function=m.get("function"), rules=_rules(m, f"cell {i}"))
             for i, m in enumerate(map(marking, nb["cells"])) if m and m.get("role") == "statement"]
+
+
+def _rules(mark: dict, where: str) -> tuple[str, ...]:
+    """The statement's ``"rules"``, checked (:func:`normcore.exercises.rules.parse_rules`)."""
+    from normcore.exercises.rules import RuleError, parse_rules
+    rules = mark.get("rules", [])
+    if not isinstance(rules, list):
+        raise MarkingError(f"{where}: 'rules' must be a list of strings, got {rules!r}")
+    try:
+        return parse_rules(rules)
+    except RuleError as e:
+        raise MarkingError(f"{where}: {e}") from None
 
 
 def exercises_in(nb, name: str = "notebook") -> list[Exercise]:
@@ -151,6 +168,7 @@ def read_exercises(nb, name: str = "notebook") -> list[Exercise]:
             if not isinstance(points, int) or points < 0:
                 raise MarkingError(f"{where}: the statement needs 'points', an int >= 0")
             ex.statement, ex.points = i, points
+            ex.rules = _rules(mark, where)
         elif role == "solution-start":
             if f"{{solution-start}} {label}" not in src:
                 raise MarkingError(f"{where}: expected '{{solution-start}} {label}'")

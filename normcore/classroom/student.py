@@ -52,6 +52,23 @@ def stub_source(source: str) -> str:
     return "\n".join(out)
 
 
+def with_rules(check: str, rules) -> str:
+    """The check cell ``check`` with the exercise's ``rules`` passed to ``exercises.check``,
+    so that the student's own check fails a forbidden tool as the grader does."""
+    if not rules:
+        return check
+    head, sep, rest = check.partition("\nprint(report)")
+    if not sep or not head.rstrip().endswith(")"):
+        raise ValueError(f"a check cell that does not end its call on one line: {check!r}")
+    head = head.rstrip()
+    listed = "(" + ", ".join(f'"{r}"' for r in rules) + ("," if len(rules) == 1 else "") + ")"
+    one_line = f"{head[:-1]}, rules={listed})"
+    if len(one_line) <= 79:
+        return f"{one_line}{sep}{rest}"
+    indent = " " * (head.index("(") + 1)
+    return f"{head[:-1]},\n{indent}rules={listed}){sep}{rest}"
+
+
 def nbgrader(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
     """nbgrader's cell metadata (schema version 3)."""
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked,
@@ -76,7 +93,7 @@ def manifest(exercises: list[Exercise], source: str) -> dict:
     """What the grader needs to know of the exercises (``metadata.normcore.classroom``)."""
     return {"source": source, "exercises": [
         {"label": e.label, "points": e.points, "op": e.op, "function": e.function,
-         "options": e.options} for e in exercises]}
+         "options": e.options, "rules": list(e.rules)} for e in exercises]}
 
 
 class MystLeftWarning(UserWarning):
@@ -130,6 +147,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-solution{suffix}",
                                                    solution=True)
         elif role == "check":
+            new["source"] = with_rules(source_text(cell), ex.rules)
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-check", grade=True, locked=True,
                                                    points=ex.points)
         cells.append(new)
