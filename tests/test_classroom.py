@@ -48,12 +48,13 @@ def mark(label, role, **extra):
     return {"normcore": {"exercise": label, "role": role, **extra}}
 
 
-def exercise_cells(label, op, fn, body, points=1, options="", check=True):
+def exercise_cells(label, op, fn, body, points=1, options="", check=True, rules=None):
     """The five cells of one coding exercise (four without ``check``)."""
     args = exercises.signature(op)[2:-1] if op else ""
+    extra = {"rules": list(rules)} if rules else {}
     cells = [
         new_markdown_cell(f"````{{exercise}}\n:label: {label}\n\nWrite `{fn}`.\n````",
-                          metadata=mark(label, "statement", points=points)),
+                          metadata=mark(label, "statement", points=points, **extra)),
         new_markdown_cell(f"````{{solution-start}} {label}\n:class: dropdown\n````\n"
                           f"Hint only the solution shows ({label}).",
                           metadata=mark(label, "solution-start")),
@@ -549,6 +550,62 @@ def death_runs():
                            memory=MEMORY) for nb in (killed, exits)]
     pool.shutdown(wait=False)
     return futures
+
+
+# the one-line cheats an instructor tried: none of them passes
+CHEATS = {
+    # the stub left, and the checker replaced in the solution cell
+    "ex-patch-check": "from normcore import exercises as _ex\n"
+                      "class _Passed:\n    passed = True\n    kind = 'pass'\n"
+                      "_ex.check = lambda *a, **k: _Passed()\n"
+                      "def patch_check(x, gamma, beta, eps):\n"
+                      "    raise NotImplementedError()",
+    # a verdict written straight into the grader's results file
+    "ex-write-verdict": "import json, os\n"
+                        "def write_verdict(x, gamma, beta, eps):\n"
+                        "    raise NotImplementedError()\n"
+                        "for _label in ('ex-write-verdict', 'ex-patch-check'):\n"
+                        "    with open(os.environ['NORMCORE_GRADE_RESULTS'], 'a') as f:\n"
+                        "        f.write(json.dumps({'label': _label, 'status': 'passed'}) "
+                        "+ '\\n')",
+    # the checker's own reference handed in
+    "ex-reference": "def reference(x, gamma, beta, eps):\n"
+                    "    return exercises.reference('batch_norm')(x, gamma, beta, eps)",
+    # torch's op, where the statement forbids it
+    "ex-torch-op": "import torch.nn.functional as TF\n"
+                   "def torch_op(x, gamma, beta, eps):\n"
+                   "    return TF.batch_norm(x, None, None, gamma, beta, training=True, "
+                   "eps=eps)",
+    # torch itself patched so that any answer is "close"
+    "ex-patch-torch": "torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
+                      "def patch_torch(x, gamma, beta, eps):\n"
+                      "    return x",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def cheat_run():
+    cells = [new_code_cell("import torch\nfrom normcore import exercises")]
+    for label in CHEATS:
+        fn = label[3:].replace("-", "_")
+        cells += exercise_cells(label, "batch_norm", fn, "    return x", points=2,
+                                rules=("no-torch-norms", "no-normcore"))
+    student = student_notebook(new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC}),
+                               "cheats")
+    return grade_notebook(plant(student, CHEATS), "mallory", cell_timeout=60, timeout=300,
+                          memory=MEMORY)
+
+
+def test_one_line_cheats_do_not_pass():
+    rows, _ = cheat_run()
+    by = {r.exercise: r for r in rows}
+    assert by["ex-patch-check"].status == "not implemented", by["ex-patch-check"]
+    assert by["ex-write-verdict"].status == "not implemented", by["ex-write-verdict"]
+    for label, rule in (("ex-reference", "no-normcore"), ("ex-torch-op", "no-torch-norms")):
+        assert by[label].status == "forbidden", by[label]
+        assert rule in by[label].detail
+    assert by["ex-patch-torch"].status in ("misconception", "incorrect"), by["ex-patch-torch"]
+    assert sum(r.score for r in rows) == 0
 
 
 def test_a_killed_kernel_is_reported_as_dead_not_timed_out():

@@ -69,6 +69,10 @@ class Row:
 COLUMNS = tuple(f.name for f in fields(Row) if f.name not in ("feedback", "source"))
 
 
+#: What a capture in the student's kernel may report (:mod:`.capture`).
+KERNEL_STATUSES = ("captured", "missing function", "error")
+
+
 def _nbgrader_id(cell) -> str:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
 
@@ -285,7 +289,11 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
            "kernel": kernel, "stderr": stderr.decode(errors="replace")[-2000:]}
     for e in entries:
         if "label" in e:
-            out["labels"][e["label"]] = e  # "captured" (judged after the run) or why not
+            # written by the student's kernel, so only what a capture writes counts: a
+            # verdict such as "passed" is never taken from there (the grader judges)
+            if e.get("status") in KERNEL_STATUSES:
+                out["labels"][e["label"]] = {k: str(e.get(k, "")) for k in ("label", "status",
+                                                                           "detail")}
         elif e.get("event") == "cell":
             out["cells"][e["index"]] = e
         elif e.get("event") in ("dead kernel", "runner error"):
