@@ -16,6 +16,11 @@ such as the system's out-of-memory killer or the student's own ``os.kill``, or e
 exercise's check or an earlier cell never finished), ``missing function`` (renamed or
 deleted), ``unreadable`` (not a notebook); with a roster (:mod:`.gradebook`), ``missing``
 (not handed in).
+
+Scores: an exercise's rubric (the manifest's ``"rubric"``, all points on a correct answer
+when there is none) splits its points over properties of a correct answer, and
+:func:`normcore.exercises.credit.credit` gives a wrong answer the points of the properties
+the checker verified; the column ``credit`` shows them (``set:1 variance+eps+affine:0``).
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ from pathlib import Path
 
 import nbformat
 
+from normcore.exercises.credit import credit, default_rubric
+
 from .runner import TIMEOUT_ERROR
 
 _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
@@ -45,7 +52,8 @@ class Row:
     """One line of the grade sheet: one student and one exercise.  ``feedback`` and
     ``source`` are not columns: the checker's text for the student's feedback file
     (:mod:`.feedback`), ``{"message": ..., "advice": [{"key", "title", "did", "why",
-    "fix"}, ...]}``, and the submission's path."""
+    "fix"}, ...], "credit": [[item, points, earned], ...]}``, and the submission's path.
+    ``credit``: the points earned per rubric item, ``set:1 variance+eps:0``."""
 
     student: str
     chapter: str
@@ -59,6 +67,7 @@ class Row:
     detail: str
     feedback: dict = field(default_factory=dict, repr=False)
     source: str = field(default="", repr=False)
+    credit: str = ""
 
 
 #: The grade sheet's columns: every field of :class:`Row` but ``feedback`` and ``source``.
@@ -275,8 +284,23 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     if label in deleted:
         row.detail = ("check cell deleted: the grader restored it" +
                       (f"; {row.detail}" if row.detail else ""))
-    row.score = points if row.status == "passed" else 0
+    _score(row, ex, verdict)
     return row
+
+
+def _score(row: Row, ex: dict, verdict: dict | None) -> None:
+    """Set ``row.score`` and ``row.credit`` from the exercise's rubric (see the module)."""
+    if not row.op:
+        return
+    rubric = ex.get("rubric") or default_rubric(row.points)
+    status = row.status
+    if status == "incorrect":   # several report kinds: the kind says if the shape was checked
+        status = (verdict or {}).get("kind") or status
+    keys = row.misconception.split("+") if row.misconception else ()
+    row.score, earned = credit(rubric, status, keys, row.op)
+    row.credit = " ".join(f"{item}:{n}" for item, n in earned.items())
+    row.feedback = {**row.feedback, "credit": [[item, rubric[item], n]
+                                               for item, n in earned.items()]}
 
 
 def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
