@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from normcore.exercises.credit import CORRECT, NOUNS, PROPERTIES, items
+from normcore.exercises.credit import CORRECT, PROPERTIES, item_words, items
 from normcore.exercises.report import wrap
 
 #: What to change, for the statuses whose row has no text of the checker's.
@@ -69,7 +69,7 @@ def credit_lines(row) -> list[str]:
     lines = ["**Points by property:**", ""]
     for item, points, earned in parts:
         props = items({item: points})[item]
-        names = " and ".join(NOUNS.get(p, p) for p in props)
+        names = item_words(item)
         what = "; ".join(words[p] for p in props if p in words)
         mark = "earned" if earned == points else "lost"
         text = f"{names}, {earned} of {_points(points)} ({mark})" + (f": {what}." if what else ".")

@@ -284,12 +284,14 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     if label in deleted:
         row.detail = ("check cell deleted: the grader restored it" +
                       (f"; {row.detail}" if row.detail else ""))
-    _score(row, ex, verdict)
+    score_row(row, ex, verdict)
     return row
 
 
-def _score(row: Row, ex: dict, verdict: dict | None) -> None:
-    """Set ``row.score`` and ``row.credit`` from the exercise's rubric (see the module)."""
+def score_row(row: Row, ex: dict, verdict: dict | None = None) -> None:
+    """Set ``row.score`` and ``row.credit`` from the rubric of ``ex`` (the exercise's
+    manifest entry), the row's status and mistakes, and ``verdict``'s report kind (what the
+    check recorded, which tells an ``incorrect`` row's wrong values from its wrong shape)."""
     if not row.op:
         return
     rubric = ex.get("rubric") or default_rubric(row.points)

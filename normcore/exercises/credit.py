@@ -66,7 +66,8 @@ An item is earned when the checker *verified* every property in it:
 from __future__ import annotations
 
 __all__ = ["PROPERTIES", "BREAKS", "MASKS", "NOUNS", "CORRECT", "credit", "validate",
-           "default_rubric", "breaks", "items", "ordered", "describe", "RubricError"]
+           "default_rubric", "breaks", "items", "ordered", "describe", "item_words",
+           "RubricError"]
 
 #: The item earned only by a correct answer (the default rubric's one item).
 CORRECT = "correct"
@@ -368,10 +369,11 @@ def describe(rubric: dict, points: int | None = None, op: str | None = None) -> 
     head = f"{total} point{'' if total == 1 else 's'}"
     if set(rubric) == {CORRECT}:
         return head
-    parts = [f"{n} for {_and([NOUNS.get(p, p) for p in props])}"
-             for (item, props), n in zip(items(rubric).items(), rubric.values())]
-    return f"{head}: {', '.join(parts)}"
+    return f"{head}: {', '.join(f'{n} for {item_words(item)}' for item, n in rubric.items())}"
 
 
-def _and(words: list[str]) -> str:
+def item_words(item: str) -> str:
+    """A rubric item in words: ``"variance+eps+affine"`` -> "the variance, eps and the affine
+    map"."""
+    words = [NOUNS.get(p, p) for p in items({item: 0})[item]]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
