@@ -15,6 +15,8 @@ from normcore import exercises
 from normcore.classroom import MarkingError, read_exercises, student_notebook
 from normcore.classroom.feedback import exercise_feedback
 from normcore.classroom.grade import _row, write_csv
+from normcore.classroom.marking import read_statements
+from normcore.classroom.nosolutions import without_solutions
 from normcore.classroom.record import STATUS, feedback_of
 from normcore.exercises import credit as cr
 from normcore.exercises.driver import _distinct_candidates
@@ -282,6 +284,12 @@ def test_a_rubric_reaches_the_student_and_the_manifest():
     assert cr.describe(ex.grading, 2, "batch_norm") == "2 points"
     assert cr.describe(rubric, 2, "batch_norm") == (
         "2 points: 1 for the set, 1 for the variance, eps and the affine map")
+
+
+def test_a_copy_without_solutions_keeps_the_rubric():
+    rubric = {"set": 1, "variance+eps+affine": 1}
+    ex, = read_statements(without_solutions(_chapter(rubric)))
+    assert (ex.rubric, ex.op, ex.points) == (rubric, "batch_norm", 2)
 
 
 @pytest.fixture(scope="module")
