@@ -16,19 +16,22 @@ dbeta), ... and ``"shape"`` (the right shape and dtype), which every op has.
 Every catalogue mistake an op can name breaks exactly one property of that op
 (:data:`BREAKS`).  The mapping is one table here, not a field of
 :class:`~.catalogue.Misconception`, for two reasons: a catalogue entry is shared by several
-ops and the property it breaks depends on the op (``eps_outside_sqrt`` breaks BatchNorm's
-``"eps"``, but in ``fold_ws``, where the standardization's eps and BatchNorm's eps both
-appear, it breaks the one ``"eps"`` property that covers both); and credit is a grading
-policy, which the checker (the catalogue's only reader until now) does not need.  A test
+ops and the property it breaks depends on the op (``unbiased_var`` breaks BatchNorm's
+``"variance"`` but, in ``fold_ws``, ``"ws"``, the standardization folded in;
+``fold_no_sqrt`` breaks ``fold_bn``'s ``"scale"`` but ``fold_ws``'s ``"fold"``); and credit
+is a grading policy, which the checker, the catalogue's other reader, does not need.  A test
 checks that every key of every op maps to a property of that op.
 
 Some mistakes also hide a property they do not break (:data:`MASKS`): with it made, the
-checker cannot tell whether that property holds.  Choosing the other Weight Standardization
-convention (``other_convention``) is named as a mistake of the variance, but it moves eps
-too, and no catalogued eps mistake can be told apart from it; so a student who made it
-earns nothing for eps either.  ``tests/test_credit.py`` derives each mask from the checker
-itself: a property is *verified* alongside a mistake when every catalogued mistake of that
-property, made on top of it, changes the numbers on the test sets.
+checker cannot tell whether that property holds.  ``tests/test_credit.py`` derives each mask
+from the checker itself.  A property P is *verified* next to a mistake D when every
+catalogued mistake of P that can be made together with D (the two turn different knobs of
+the op's reference) changes D's numbers on the test sets: then a student who had made it too
+would have been told so.  P is hidden when one such mistake leaves D's numbers as they are
+(without the square root, ``fold_no_sqrt``, eps inside or outside it is the same), when D
+turns a knob that a one-knob mistake of P turns (``other_convention``, the other Weight
+Standardization convention, is named as a mistake of the variance but moves eps too), or
+when no mistake of P can be made together with D.
 
 The rubric
 ----------
@@ -53,9 +56,9 @@ An item is earned when the checker *verified* every property in it:
 
 * ``passed`` (``"pass"``): every item.  The answer matched the reference on every test set.
 * ``misconception``: every item without a property that a named mistake (one, or a pair)
-  breaks or masks.  The answer's numbers equal the reference's with that mistake's knob
-  turned and every other knob right, so the other properties hold on every test set (the
-  shape and dtype were checked before the values).
+  breaks or masks.  The answer's numbers equal the reference's with that mistake's knobs
+  turned and every other knob right, and a catalogued mistake of another, unmasked property
+  would have changed them; the shape and dtype were checked before the values.
 * ``incorrect`` because no known mistake matches (report kind ``"unknown"``, or ``"nan"``):
   only the items made of ``"shape"``.  The shape and dtype were checked; of the values, only
   that they are wrong is known.
@@ -210,7 +213,8 @@ _OWN = {
                 "fold_bias_dropped": "fold"},
 }
 
-#: op -> {key: property}: the one property each mistake the op can name breaks.
+#: op -> {key: property}: the one property a catalogue key breaks in that op (the keys the
+#: op can name are its ``Op.misconceptions``; a test checks each maps to one of its properties).
 BREAKS: dict[str, dict[str, str]] = {op: {**_COMMON, **_OWN.get(op, {})} for op in PROPERTIES}
 
 #: op -> {key: properties}: what a mistake hides besides the property it breaks, derived
