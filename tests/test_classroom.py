@@ -413,7 +413,11 @@ def test_csv_and_summary(graded, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == len(rows) == 2 * (len(PLANTED) + len(BROKEN) + 1) + 2
     assert table[0].keys() == {"student", "chapter", "exercise", "op", "points", "score",
-                               "status", "misconception", "misconception_name", "detail"}
+                               "status", "misconception", "misconception_name", "detail",
+                               "credit"}
+    # the planted chapter gives no rubric: all or nothing
+    assert {line["credit"] for line in table if line["op"]} == {"correct:0", "correct:2",
+                                                                "correct:1"}
     text = summary(rows)
     assert text.splitlines()[0] == "4 submission(s)"
     label = PLANTED[0][0]

@@ -17,6 +17,11 @@ the exercise's function was handed over; or the grader's process died while it r
 function), ``forbidden`` (it used what the exercise's rules forbid), ``missing function`` (renamed or
 deleted), ``unreadable`` (not a notebook); with a roster (:mod:`.gradebook`), ``missing``
 (not handed in).
+
+Scores: an exercise's rubric (the manifest's ``"rubric"``, all points on a correct answer
+when there is none) splits its points over properties of a correct answer, and
+:func:`normcore.exercises.credit.credit` gives a wrong answer the points of the properties
+the checker verified; the column ``credit`` shows them (``set:1 variance+eps+affine:0``).
 """
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ from pathlib import Path
 
 import nbformat
 
+from normcore.exercises.credit import credit, default_rubric
+
 from .capture import capture_path
 from .record import verdict
 from .runner import TIMEOUT_ERROR
@@ -49,7 +56,8 @@ class Row:
     """One line of the grade sheet: one student and one exercise.  ``feedback`` and
     ``source`` are not columns: the checker's text for the student's feedback file
     (:mod:`.feedback`), ``{"message": ..., "advice": [{"key", "title", "did", "why",
-    "fix"}, ...]}``, and the submission's path."""
+    "fix"}, ...], "credit": [[item, points, earned], ...]}``, and the submission's path.
+    ``credit``: the points earned per rubric item, ``set:1 variance+eps:0``."""
 
     student: str
     chapter: str
@@ -63,6 +71,7 @@ class Row:
     detail: str
     feedback: dict = field(default_factory=dict, repr=False)
     source: str = field(default="", repr=False)
+    credit: str = ""
 
 
 #: The grade sheet's columns: every field of :class:`Row` but ``feedback`` and ``source``.
@@ -416,8 +425,25 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     if label in deleted:
         row.detail = ("check cell deleted: the grader restored it" +
                       (f"; {row.detail}" if row.detail else ""))
-    row.score = points if row.status == "passed" else 0
+    score_row(row, ex, verdict)
     return row
+
+
+def score_row(row: Row, ex: dict, verdict: dict | None = None) -> None:
+    """Set ``row.score`` and ``row.credit`` from the rubric of ``ex`` (the exercise's
+    manifest entry), the row's status and mistakes, and ``verdict``'s report kind (what the
+    check recorded, which tells an ``incorrect`` row's wrong values from its wrong shape)."""
+    if not row.op:
+        return
+    rubric = ex.get("rubric") or default_rubric(row.points)
+    status = row.status
+    if status == "incorrect":   # several report kinds: the kind says if the shape was checked
+        status = (verdict or {}).get("kind") or status
+    keys = row.misconception.split("+") if row.misconception else ()
+    row.score, earned = credit(rubric, status, keys, row.op)
+    row.credit = " ".join(f"{item}:{n}" for item, n in earned.items())
+    row.feedback = {**row.feedback, "credit": [[item, rubric[item], n]
+                                               for item, n in earned.items()]}
 
 
 def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,

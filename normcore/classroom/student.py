@@ -17,8 +17,8 @@
   (:mod:`normcore.classroom.plainmd`) when a :class:`~.plainmd.BookIndex` is given, as
   :func:`write_student` does by default: the student notebook reads in plain Jupyter,
   without the jupyterlab-myst extension.  Each exercise's statement then opens with
-  ``**Exercise 2.1** (`ex-bn-forward`, 2 points)``, its number in the book, its label and
-  its points.
+  ``**Exercise 2.1** (`ex-bn-forward`, 2 points: 1 for the set, 1 for ...)``, its number in
+  the book, its label, its points and how its rubric splits them.
 
 The output is deterministic: the same chapter gives the same bytes.
 """
@@ -29,6 +29,8 @@ import warnings
 from pathlib import Path
 
 import nbformat
+
+from normcore.exercises.credit import describe, ordered
 
 from .marking import BEGIN, END, Exercise, exercises_in, solution_regions, source_text
 from .plainmd import BookIndex, book_index, to_plain
@@ -93,15 +95,18 @@ def manifest(exercises: list[Exercise], source: str) -> dict:
     """What the grader needs to know of the exercises (``metadata.normcore.classroom``)."""
     return {"source": source, "exercises": [
         {"label": e.label, "points": e.points, "op": e.op, "function": e.function,
-         "options": e.options, "rules": list(e.rules)} for e in exercises]}
+         "options": e.options, "rules": list(e.rules), "rubric": ordered(e.grading, e.op)}
+        for e in exercises]}
 
 
 class MystLeftWarning(UserWarning):
     """A student notebook keeps MyST the plain-markdown rewriting does not know."""
 
 
-def _points(n: int) -> str:
-    return f", {n} point{'' if n == 1 else 's'}"
+def _points(ex: Exercise) -> str:
+    """The statement's note: ``, 2 points`` or, with a rubric, ``, 2 points: 1 for the set,
+    1 for the variance and eps``."""
+    return f", {describe(ex.grading, ex.points, ex.op)}"
 
 
 def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None = None) -> dict:
@@ -112,7 +117,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
     statements and no solution cells to fill in: make a class's notebooks from the book's
     chapters."""
     exercises = exercises_in(nb, name)
-    notes = {e.label: _points(e.points) for e in exercises}
+    notes = {e.label: _points(e) for e in exercises}
     left: list[str] = []
     role_of: dict[int, tuple[Exercise, str]] = {}
     for ex in exercises:
