@@ -7,7 +7,9 @@ Each exercise is a run of cells whose metadata carries ``"normcore": {"exercise"
 role                cell    content
 ==================  ======  =============================================================
 ``statement``       md      the ````{exercise}```` directive with ``:label: LABEL``; the
-                            metadata also carries ``"points": <int>``
+                            metadata also carries ``"points": <int>``, and for a coding
+                            exercise that also asks a question in words
+                            ``"written": {"points": <int>}`` (graded by hand)
 ``solution-start``  md      ````{solution-start} LABEL```` (``:class: dropdown``), prose
 ``solution``        code    the solution; the code a student writes stands between the
                             lines ``### BEGIN SOLUTION`` and ``### END SOLUTION``
@@ -45,6 +47,9 @@ class Exercise:
 
     label: str
     points: int = 0
+    #: The points of the written part of a coding exercise (a question answered in words,
+    #: graded by hand), 0 if it has none; ``points`` are the coding points.
+    written: int = 0
     statement: int | None = None
     solution_start: int | None = None
     solutions: list[int] = field(default_factory=list)
@@ -105,6 +110,20 @@ def solution_lines(source: str) -> list[str]:
     return [line for b, e in solution_regions(source) for line in lines[b + 1:e]]
 
 
+def written_points(mark: dict, where: str = "statement") -> int:
+    """The points of the written part that a statement's marking ``mark`` declares
+    (``"written": {"points": P}``, P a positive int), 0 if it declares none."""
+    if "written" not in mark:
+        return 0
+    written = mark["written"]
+    points = written.get("points") if isinstance(written, dict) else None
+    if (not isinstance(written, dict) or set(written) != {"points"}
+            or isinstance(points, bool) or not isinstance(points, int) or points < 1):
+        raise MarkingError(f"{where}: 'written' must be {{\"points\": P}} with P a positive "
+                           f"int (the points of the answer in words); got {written!r}")
+    return points
+
+
 def has_solutions(nb) -> bool:
     """Whether ``nb`` keeps its solution cells (a copy without solutions does not, see
     :mod:`.nosolutions`)."""
@@ -115,8 +134,8 @@ def read_statements(nb) -> list[Exercise]:
     """The exercises of a copy without solutions (:mod:`.nosolutions`), from their statements
     alone: label, points, the statement's index, and the check's op and function, which the
     copy keeps in the statement's marking."""
-    return [Exercise(m["exercise"], m.get("points", 0), statement=i, op=m.get("op"),
-                     function=m.get("function"))
+    return [Exercise(m["exercise"], m.get("points", 0), written_points(m, f"cell {i}"),
+                     statement=i, op=m.get("op"), function=m.get("function"))
             for i, m in enumerate(map(marking, nb["cells"])) if m and m.get("role") == "statement"]
 
 
@@ -151,6 +170,7 @@ def read_exercises(nb, name: str = "notebook") -> list[Exercise]:
             if not isinstance(points, int) or points < 0:
                 raise MarkingError(f"{where}: the statement needs 'points', an int >= 0")
             ex.statement, ex.points = i, points
+            ex.written = written_points(mark, where)
         elif role == "solution-start":
             if f"{{solution-start}} {label}" not in src:
                 raise MarkingError(f"{where}: expected '{{solution-start}} {label}'")
@@ -192,6 +212,9 @@ def _validate(ex: Exercise, nb, name: str) -> None:
     if order != sorted(order):
         raise MarkingError(f"{where}: cells out of order (statement, solution-start, "
                            f"solution, solution-end, check)")
+    if ex.written and ex.check is None:
+        raise MarkingError(f"{where}: 'written' marks the question of a coding exercise; a "
+                           f"derivation is answered in words already (give it 'points' only)")
     if ex.function is not None:
         defined = {f for i in ex.solutions for f in _DEF_RE.findall(source_text(nb["cells"][i]))}
         if ex.function not in defined:

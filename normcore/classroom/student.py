@@ -7,6 +7,9 @@
   indentation), so the ``def`` line above the markers keeps the signature;
 * a derivation (an exercise without a check cell) gets an empty answer cell instead of
   its solution cells;
+* a coding exercise with a written part (statement metadata ``"written": {"points": P}``)
+  gets an empty answer cell after its check cell, graded by hand (``<label>-written``),
+  and its statement a line saying so;
 * the ``{solution-start}``/``{solution-end}`` cells and the solution's prose are dropped;
 * every stored output is cleared; the check cells are kept and locked;
 * cells carry nbgrader's metadata (``schema_version`` 3, ``grade``, ``solution``,
@@ -76,15 +79,29 @@ def manifest(exercises: list[Exercise], source: str) -> dict:
     """What the grader needs to know of the exercises (``metadata.normcore.classroom``)."""
     return {"source": source, "exercises": [
         {"label": e.label, "points": e.points, "op": e.op, "function": e.function,
-         "options": e.options} for e in exercises]}
+         "options": e.options, **({"written": e.written} if e.written else {})}
+        for e in exercises]}
 
 
 class MystLeftWarning(UserWarning):
     """A student notebook keeps MyST the plain-markdown rewriting does not know."""
 
 
-def _points(n: int) -> str:
-    return f", {n} point{'' if n == 1 else 's'}"
+def _points(n: int, written: int = 0) -> str:
+    text = f", {n} point{'' if n == 1 else 's'}"
+    return text + (f" + {written} for the answer in words" if written else "")
+
+
+def written_line(points: int) -> str:
+    """The line a statement with a written part ends with in the student notebook."""
+    return (f"*Answer the question in words in the answer cell after the check "
+            f"({points} point{'' if points == 1 else 's'}, graded by hand).*")
+
+
+def answer_cell(grade_id: str, points: int) -> dict:
+    """An empty markdown answer cell, graded by hand (nbgrader: solution and grade)."""
+    meta = {"nbgrader": nbgrader(grade_id, solution=True, grade=True, points=points)}
+    return nbformat.v4.new_markdown_cell(ANSWER, id=grade_id[:64], metadata=meta)
 
 
 def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None = None) -> dict:
@@ -95,7 +112,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
     statements and no solution cells to fill in: make a class's notebooks from the book's
     chapters."""
     exercises = exercises_in(nb, name)
-    notes = {e.label: _points(e.points) for e in exercises}
+    notes = {e.label: _points(e.points, e.written) for e in exercises}
     left: list[str] = []
     role_of: dict[int, tuple[Exercise, str]] = {}
     for ex in exercises:
@@ -112,10 +129,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
         if role == "drop":
             continue
         if role == "answer":
-            meta = {"nbgrader": nbgrader(f"{ex.label}-answer", solution=True, grade=True,
-                                         points=ex.points)}
-            cells.append(nbformat.v4.new_markdown_cell(ANSWER, id=f"{ex.label}-answer"[:64],
-                                                       metadata=meta))
+            cells.append(answer_cell(f"{ex.label}-answer", ex.points))
             continue
         new = _clean(cell)
         if index is not None and new["cell_type"] == "markdown":
@@ -123,6 +137,8 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
             left += unknown
         if role == "statement":
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-statement", locked=True)
+            if ex.written:
+                new["source"] = f"{source_text(new).rstrip()}\n\n{written_line(ex.written)}"
         elif role == "solution":
             new["source"] = stub_source(source_text(cell))
             k = ex.solutions.index(i)
@@ -133,6 +149,8 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-check", grade=True, locked=True,
                                                    points=ex.points)
         cells.append(new)
+        if ex is not None and ex.written and i == (ex.check if ex.coding else ex.statement):
+            cells.append(answer_cell(f"{ex.label}-written", ex.written))
     meta = {k: v for k, v in copy.deepcopy(nb.get("metadata", {})).items()
             if k not in _DROP_NOTEBOOK_METADATA}
     meta.setdefault("normcore", {})["classroom"] = manifest(exercises, name)
