@@ -32,6 +32,7 @@ ADVICE = {
                         "it by that name.",
     "error": "Run the cell yourself and fix the error it shows; then run the check cell.",
     "manual": "Your instructor grades this answer by hand.",
+    "graded by hand": "Your instructor graded this answer by hand.",
     "unreadable": "Hand in the student notebook you were given, saved from Jupyter.",
     "missing": "Hand in this chapter's notebook where the line above says the grader looked "
                "for it (ask your instructor if you did hand it in).",
@@ -78,7 +79,8 @@ def exercise_feedback(row) -> list[str]:
                       + _para(f"**What to change:** {a['fix']}"))
         return lines
     if row.detail:
-        lines += _para(f"**Diagnosis:** {row.detail}")
+        what = "Answer" if row.status in ("manual", "graded by hand") else "Diagnosis"
+        lines += _para(f"**{what}:** {row.detail}")
     message = fb.get("message", "")
     if message and row.status not in ("passed", "missing function"):
         lines += ["**What the checker says:**", "", *_text_block(message), ""]
