@@ -62,7 +62,8 @@ def test_the_written_part_is_read():
     assert found["ex-why"].written == 0
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 1, "1", {"points": 1.5}, {"points": "1"},
+@pytest.mark.parametrize("bad", [{"points": 0}, {"points": -1}, {"points": True}, 1, "1",
+                                 {"points": 1.5}, {"points": "1"}, {"points": None},
                                  {"pts": 1}, {"points": 1, "rules": []}])
 def test_a_bad_written_marking_is_refused(bad):
     nb = small_chapter()

@@ -166,8 +166,9 @@ def test_student_notebook_has_no_myst_and_every_label(path, written):
         statement = next(c.source for c in student.cells
                          if c.metadata.get("nbgrader", {}).get("grade_id")
                          == f"{ex.label}-statement")
+        written = f" \\+ {ex.written} for the answer in words" if ex.written else ""
         assert re.match(rf"\*\*Exercise {number}\.{k}\b.*\*\* \(`{ex.label}`, {ex.points} "
-                        rf"points?\)", statement), statement[:120]
+                        rf"points?{written}\)", statement), statement[:120]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
