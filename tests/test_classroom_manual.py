@@ -19,7 +19,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from normcore.classroom import MarkingError, read_exercises, student_notebook
+from normcore.classroom import (MarkingError, exercise_table, read_exercises,
+                                student_notebook)
 from normcore.classroom.__main__ import main
 from normcore.classroom.grade import Row
 from normcore.classroom.manual import ManualError, merge, models, read_grades
@@ -119,6 +120,8 @@ def test_the_books_written_parts():
     assert found == BOOK_WRITTEN
     for label in BOOK_WRITTEN:
         assert len(answers[f"{label}:written"]) > 100, label   # the model answer's prose
+    table = exercise_table(CHAPTERS)   # the classroom page's table
+    assert "| 6 | `ex-gn-backward` | 3 + 2 in words | `group_norm_backward` |" in table
     # the counted answer of ex-fold-by-hand: BN's one scale-and-shift per output element
     assert "N \\cdot C_{\\text{out}}" in answers["ex-fold-by-hand:written"]
 
