@@ -99,7 +99,7 @@ def student_feedback(student: str, rows) -> str:
         lines.append(f"Checked exercises: {score} of {_points(points)}.")
     manual = [r for r in mine if r.status == "manual"]
     if manual:
-        lines.append(f"Graded by hand: {len(manual)} exercise(s), "
+        lines.append(f"Graded by hand: {len(manual)} answer(s), "
                      f"{_points(sum(r.points for r in manual))}.")
     lines.append("")
     chapters = list(dict.fromkeys(r.chapter for r in mine))
