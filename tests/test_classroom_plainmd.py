@@ -167,11 +167,12 @@ def test_student_notebook_has_no_myst_and_every_label(path, written):
         statement = next(c.source for c in student.cells
                          if c.metadata.get("nbgrader", {}).get("grade_id")
                          == f"{ex.label}-statement")
-        # the points, and how the rubric splits them (ex-bn-forward: "2 points: 1 for the set,
-        # 1 for the variance, eps and the affine map")
+        # the points, how the rubric splits them (ex-bn-forward: "2 points: 1 for the set,
+        # 1 for the variance, eps and the affine map"), and the answer in words' points
         points = re.escape(describe(ex.grading, ex.points, ex.op))
-        assert re.match(rf"\*\*Exercise {number}\.{k}\b.*\*\* \(`{ex.label}`, {points}\)",
-                        statement), statement[:160]
+        written = f" \\+ {ex.written} for the answer in words" if ex.written else ""
+        assert re.match(rf"\*\*Exercise {number}\.{k}\b.*\*\* \(`{ex.label}`, {points}"
+                        rf"{written}\)", statement), statement[:160]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])

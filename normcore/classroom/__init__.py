@@ -21,6 +21,9 @@ Two commands::
 * :mod:`.roster` reads the class list and each submission's student from its path;
   :mod:`.gradebook` gives every student of the roster a row for every exercise (missing
   work scores 0) and writes the gradebook CSV an LMS imports;
+* :mod:`.manual` exports the answers graded by hand (derivations, the written parts of
+  coding exercises) for the instructor, and merges the scores given back
+  (``python -m normcore.classroom merge grades.csv manual.csv``);
 * :mod:`.overview` lists the exercises of the chapters (the classroom page's table);
 * :mod:`.__main__` is the command line.
 

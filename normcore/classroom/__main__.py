@@ -1,4 +1,4 @@
-"""``python -m normcore.classroom student ...`` and ``... grade ...``."""
+"""``python -m normcore.classroom student ...``, ``... grade ...`` and ``... merge ...``."""
 from __future__ import annotations
 
 import argparse
@@ -33,8 +33,9 @@ def main(argv=None) -> int:
     gr.add_argument("--chapters", nargs="+", metavar="CHAPTER.ipynb",
                     help="the chapters handed out (the book's, or their student versions): "
                          "their exercises are the gradebook's columns (needed by --roster), "
-                         "and the submissions of these chapters are graded on them (points, "
-                         "rules), not on the list in the submission's metadata")
+                         "the submissions of these chapters are graded on them (points, "
+                         "rules), not on the list in the submission's metadata, and the "
+                         "book's give the answers files their model answers")
     gr.add_argument("--student-pattern", metavar="REGEX",
                     help="a regular expression with a group (?P<student>...), searched in "
                          "each submission's path in the submissions folder (default: the "
@@ -47,6 +48,11 @@ def main(argv=None) -> int:
     gr.add_argument("--feedback", metavar="DIR",
                     help="where to write one Markdown feedback file per student (default: "
                          "grades-feedback/ beside the CSV, named after it)")
+    gr.add_argument("--answers", metavar="DIR",
+                    help="where to write the answers graded by hand (derivations, written "
+                         "parts): one Markdown file per exercise with every student's answer "
+                         "(and the model answer, with --chapters), and manual.csv to fill in "
+                         "(default: grades-answers/ beside the CSV)")
     gr.add_argument("--cell-timeout", type=int, default=60, metavar="S",
                     help="seconds per cell (default 60)")
     gr.add_argument("--timeout", type=int, default=600, metavar="S",
@@ -60,6 +66,18 @@ def main(argv=None) -> int:
     gr.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                     help="grade N submissions at a time (default 1)")
     gr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    mg = sub.add_parser("merge", help="fold the scores of the answers graded by hand "
+                                      "(manual.csv, filled in) into the grade sheet")
+    mg.add_argument("grades", metavar="grades.csv", help="the grade sheet `grade` wrote")
+    mg.add_argument("manual", metavar="manual.csv",
+                    help="the file `grade` wrote beside the answers, its 'score' filled in")
+    mg.add_argument("--out", metavar="FILE", help="where to write the merged grade sheet "
+                                                  "(default: grades.csv itself)")
+    mg.add_argument("--roster", metavar="students.csv",
+                    help="with --chapters: rewrite the gradebook, the answers counted")
+    mg.add_argument("--chapters", nargs="+", metavar="CHAPTER.ipynb")
+    mg.add_argument("--gradebook", metavar="FILE",
+                    help="default: grades-gradebook.csv beside --out")
     ns = sub.add_parser("nosolutions", help="copy the book without its solutions (for a site "
                                             "to hand a class; make book-nosolutions builds it)")
     ns.add_argument("book", metavar="BOOK_DIR", help="the book's root (with _config.yml)")
@@ -92,11 +110,41 @@ def main(argv=None) -> int:
             print(f"{chapter} -> {target}")
         return 0
 
+    if args.command == "merge":
+        return _merge(args, mg)
     return _grade(args, gr)
+
+
+def _merge(args, parser) -> int:
+    from . import gradebook as gb
+    from .grade import write_csv
+    from .manual import merge, read_grades
+    from .roster import read_roster
+
+    if bool(args.roster) != bool(args.chapters) or (args.gradebook and not args.roster):
+        parser.error("--roster and --chapters go together (and --gradebook with them): the "
+                     "class list and the chapters graded, to rewrite the gradebook")
+    try:
+        rows, scored, left = merge(read_grades(args.grades), args.manual)
+        roster = read_roster(args.roster) if args.roster else None
+        chapters = gb.chapter_exercises(args.chapters) if args.chapters else None
+    except (MarkingError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out or args.grades)
+    write_csv(rows, out)
+    print(f"merged {scored} score(s) graded by hand into {out}; {left} answer(s) still to "
+          f"score")
+    if roster is not None:
+        book = gb.write_gradebook(rows, roster, chapters,
+                                  args.gradebook or gb.default_gradebook(out))
+        print(f"gradebook: {book}")
+    return 0
 
 
 def _grade(args, parser) -> int:
     from . import gradebook as gb
+    from . import manual
     from .feedback import default_folder, write_feedback
     from .grade import grade, summary, write_csv
     from .roster import DEFAULT_PATTERN, find_submissions, read_roster
@@ -138,9 +186,20 @@ def _grade(args, parser) -> int:
     except (ValueError, OSError) as e:
         print(f"grades: {Path(args.out)}; no feedback written: {e}", file=sys.stderr)
         return 1
+    answers = Path(args.answers) if args.answers else manual.default_folder(args.out)
+    names = {s.id: s.name for s in roster} if roster else None
+    try:
+        exported = manual.write_answers(rows, answers, args.chapters, names)
+    except (ValueError, OSError) as e:
+        print(f"grades: {Path(args.out)}; no answers written: {e}", file=sys.stderr)
+        return 1
     print(summary(rows))
     print(f"grades: {Path(args.out)} ({len(rows)} rows)")
     print(f"feedback: {folder}/ ({len(written)} files, one per student)")
+    if exported:
+        print(f"answers graded by hand: {answers}/ ({len(exported) - 1} files, one per "
+              f"exercise; fill in the scores of manual.csv, then run `python -m "
+              f"normcore.classroom merge {args.out} {answers / 'manual.csv'}`)")
     if roster is not None:
         book = gb.write_gradebook(rows, roster, chapters,
                                   args.gradebook or gb.default_gradebook(args.out))

@@ -35,6 +35,7 @@ ADVICE = {
                         "it by that name.",
     "error": "Run the cell yourself and fix the error it shows; then run the check cell.",
     "manual": "Your instructor grades this answer by hand.",
+    "graded by hand": "Your instructor graded this answer by hand.",
     "unreadable": "Hand in the student notebook you were given, saved from Jupyter.",
     "missing": "Hand in this chapter's notebook where the line above says the grader looked "
                "for it (ask your instructor if you did hand it in).",
@@ -99,7 +100,8 @@ def exercise_feedback(row) -> list[str]:
                       + _para(f"**What to change:** {a['fix']}"))
         return lines
     if row.detail:
-        lines += _para(f"**Diagnosis:** {row.detail}")
+        what = "Answer" if row.status in ("manual", "graded by hand") else "Diagnosis"
+        lines += _para(f"**{what}:** {row.detail}")
     message = fb.get("message", "")
     if message and row.status not in ("passed", "missing function"):
         lines += ["**What the checker says:**", "", *_text_block(message), ""]
@@ -118,7 +120,7 @@ def student_feedback(student: str, rows) -> str:
         lines.append(f"Checked exercises: {score} of {_points(points)}.")
     manual = [r for r in mine if r.status == "manual"]
     if manual:
-        lines.append(f"Graded by hand: {len(manual)} exercise(s), "
+        lines.append(f"Graded by hand: {len(manual)} answer(s), "
                      f"{_points(sum(r.points for r in manual))}.")
     lines.append("")
     chapters = list(dict.fromkeys(r.chapter for r in mine))

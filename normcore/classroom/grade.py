@@ -22,6 +22,12 @@ Scores: an exercise's rubric (the manifest's ``"rubric"``, all points on a corre
 when there is none) splits its points over properties of a correct answer, and
 :func:`normcore.exercises.credit.credit` gives a wrong answer the points of the properties
 the checker verified; the column ``credit`` shows them (``set:1 variance+eps+affine:0``).
+
+``manual``: an answer in words, graded by hand: a derivation (row ``<label>``) or the written
+part of a coding exercise (its own row, ``<label>:written``, after the coding row); the
+score is 0 until the instructor's scores are merged in (:mod:`.manual`), and the detail
+says whether the student wrote anything: ``answered``, ``no answer`` (the cell still reads
+``YOUR ANSWER HERE``, or is empty) or ``answer cell deleted``.
 """
 from __future__ import annotations
 
@@ -70,10 +76,16 @@ class Row:
     feedback: dict = field(default_factory=dict, repr=False)
     source: str = field(default="", repr=False)
     credit: str = ""
+    #: A manual row's answer, as the student wrote it (for :mod:`.manual`'s export).
+    answer: str = field(default="", repr=False)
 
 
-#: The grade sheet's columns: every field of :class:`Row` but ``feedback`` and ``source``.
-COLUMNS = tuple(f.name for f in fields(Row) if f.name not in ("feedback", "source"))
+#: The grade sheet's columns: every field of :class:`Row` but the three above.
+COLUMNS = tuple(f.name for f in fields(Row) if f.name not in ("feedback", "source", "answer"))
+#: The exercise of a written part's row: ``ex-chan-k`` -> ``ex-chan-k:written``.
+WRITTEN = ":written"
+#: What an answer cell holds until the student writes in it (:mod:`.student`).
+UNANSWERED = "YOUR ANSWER HERE"
 
 
 #: What a capture in the student's kernel may report (:mod:`.capture`).
@@ -228,9 +240,23 @@ def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096,
         if captured:
             ran["labels"].update(judge_captured(captured, Path(tmp), cell_timeout, memory,
                                                 hidden))
-    rows = [_row(student, manifest.get("source", ""), ex, prepared, ran, deleted, cell_timeout,
-                 timeout) for ex in manifest["exercises"]]
+    chapter, rows = manifest.get("source", ""), []
+    for ex in manifest["exercises"]:
+        rows.append(_row(student, chapter, ex, prepared, ran, deleted, cell_timeout, timeout))
+        if ex.get("written"):
+            rows.append(_manual(Row(student, chapter, ex["label"] + WRITTEN, "", ex["written"],
+                                    0, "", "", "", ""), nb, f"{ex['label']}-written"))
     return rows, ran
+
+
+def _manual(row: Row, nb, grade_id: str) -> Row:
+    """``row`` as an answer to grade by hand, read from the answer cell ``grade_id``."""
+    cell = next((c for c in nb.cells if _nbgrader_id(c) == grade_id), None)
+    text = "" if cell is None else "".join(cell.source).strip()
+    row.status, row.answer = "manual", "" if text == UNANSWERED else text
+    row.detail = ("answer cell deleted" if cell is None else
+                  "answered" if row.answer else "no answer")
+    return row
 
 
 def _cell_errors(nb, ran, label) -> list[dict]:
@@ -262,8 +288,7 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     label, points = ex["label"], ex.get("points", 0)
     row = Row(student, chapter, label, ex.get("op") or "", points, 0, "", "", "", "")
     if not ex.get("op"):
-        row.status, row.detail = "manual", "a derivation: graded by hand (nbgrader)"
-        return row
+        return _manual(row, nb, f"{label}-answer")
     verdict = ran["labels"].get(label)
     errors = _cell_errors(nb, ran, label)
     status = verdict["status"] if verdict else None
@@ -399,7 +424,9 @@ def summary(rows: list[Row]) -> str:
         n = len(these)
         head = these[0]
         if not head.op:
-            lines.append(f"{label} ({_points(head.points)}): graded by hand")
+            answered = sum(r.detail.endswith("answered") for r in these)
+            lines.append(f"{label} ({_points(head.points)}): graded by hand, {answered} of "
+                         f"{n} answered")
             continue
         passed = sum(r.status == "passed" for r in these)
         lines.append(f"{label} ({head.op}, {_points(head.points)}): {passed} of {n} passed")

@@ -18,9 +18,11 @@ sheet whole:
 :func:`write_gradebook` writes the table an LMS imports (Canvas, Moodle: a CSV with a
 student id column and one column per graded item): one line per student of the roster, the
 columns ``id, name``, one per exercise (its label; ``chapter:label`` if two chapters share
-a label) with the points scored, and ``total``, the sum of the line.  An exercise graded by
-hand has an empty cell, for the instructor to fill in (0 if the chapter is missing);
-``total`` counts the filled cells.
+a label) with the points scored, and ``total``, the sum of the line.  The written part of a
+coding exercise has a column of its own after the exercise's (``<label>:written``).  An
+answer graded by hand (a derivation, a written part) has an empty cell until the
+instructor's scores are merged in (:mod:`.manual`), or for the instructor to fill in (0 if
+the chapter is missing); ``total`` counts the filled cells.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from .grade import Row
+from .grade import WRITTEN, Row
 from .roster import Student, Submission, expected_path
 from .marking import exercises_in
 from .student import manifest
@@ -70,11 +72,18 @@ def chapter_exercises(paths) -> dict[str, list[dict]]:
 
 
 def columns(chapters: dict[str, list[dict]]) -> list[Column]:
-    """The gradebook's exercise columns, chapter by chapter."""
+    """The gradebook's exercise columns, chapter by chapter: each exercise, and after a
+    coding exercise with a written part, that part (graded by hand)."""
     labels = [e["label"] for exs in chapters.values() for e in exs]
-    return [Column(ch, e["label"], e.get("points", 0), e.get("op") or "",
-                   e["label"] if labels.count(e["label"]) == 1 else f"{ch}:{e['label']}")
-            for ch, exs in chapters.items() for e in exs]
+    cols = []
+    for ch, exs in chapters.items():
+        for e in exs:
+            header = e["label"] if labels.count(e["label"]) == 1 else f"{ch}:{e['label']}"
+            cols.append(Column(ch, e["label"], e.get("points", 0), e.get("op") or "", header))
+            if e.get("written"):
+                cols.append(Column(ch, e["label"] + WRITTEN, e["written"], "",
+                                   header + WRITTEN))
+    return cols
 
 
 def _missing(student, column, looked) -> Row:

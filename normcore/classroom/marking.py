@@ -12,7 +12,9 @@ role                cell    content
                             split (:mod:`normcore.exercises.credit`; default: all on a
                             correct answer) and, for a coding exercise, ``"rules": [...]``,
                             what it forbids (:mod:`normcore.exercises.rules`; the statement
-                            says it in words)
+                            says it in words); a coding
+                            exercise that also asks a question in words carries
+                            ``"written": {"points": <int>}`` (graded by hand)
 ``solution-start``  md      ````{solution-start} LABEL```` (``:class: dropdown``), prose
 ``solution``        code    the solution; the code a student writes stands between the
                             lines ``### BEGIN SOLUTION`` and ``### END SOLUTION``
@@ -52,6 +54,9 @@ class Exercise:
 
     label: str
     points: int = 0
+    #: The points of the written part of a coding exercise (a question answered in words,
+    #: graded by hand), 0 if it has none; ``points`` are the coding points.
+    written: int = 0
     statement: int | None = None
     solution_start: int | None = None
     solutions: list[int] = field(default_factory=list)
@@ -122,6 +127,20 @@ def solution_lines(source: str) -> list[str]:
     return [line for b, e in solution_regions(source) for line in lines[b + 1:e]]
 
 
+def written_points(mark: dict, where: str = "statement") -> int:
+    """The points of the written part that a statement's marking ``mark`` declares
+    (``"written": {"points": P}``, P a positive int), 0 if it declares none."""
+    if "written" not in mark:
+        return 0
+    written = mark["written"]
+    points = written.get("points") if isinstance(written, dict) else None
+    if (not isinstance(written, dict) or set(written) != {"points"}
+            or isinstance(points, bool) or not isinstance(points, int) or points < 1):
+        raise MarkingError(f"{where}: 'written' must be {{\"points\": P}} with P a positive "
+                           f"int (the points of the answer in words); got {written!r}")
+    return points
+
+
 def has_solutions(nb) -> bool:
     """Whether ``nb`` keeps its solution cells (a copy without solutions does not, see
     :mod:`.nosolutions`)."""
@@ -132,9 +151,9 @@ def read_statements(nb) -> list[Exercise]:
     """The exercises of a copy without solutions (:mod:`.nosolutions`), from their statements
     alone: label, points, the statement's index, and the check's op and function, which the
     copy keeps in the statement's marking."""
-    return [Exercise(m["exercise"], m.get("points", 0), statement=i, op=m.get("op"),
-                     function=m.get("function"), rules=_rules(m, f"cell {i}"),
-                     rubric=m.get("rubric"))
+    return [Exercise(m["exercise"], m.get("points", 0), written_points(m, f"cell {i}"),
+                     statement=i, op=m.get("op"), function=m.get("function"),
+                     rules=_rules(m, f"cell {i}"), rubric=m.get("rubric"))
             for i, m in enumerate(map(marking, nb["cells"])) if m and m.get("role") == "statement"]
 
 
@@ -182,6 +201,7 @@ def read_exercises(nb, name: str = "notebook") -> list[Exercise]:
                 raise MarkingError(f"{where}: the statement needs 'points', an int >= 0")
             ex.statement, ex.points, ex.rubric = i, points, mark.get("rubric")
             ex.rules = _rules(mark, where)
+            ex.written = written_points(mark, where)
         elif role == "solution-start":
             if f"{{solution-start}} {label}" not in src:
                 raise MarkingError(f"{where}: expected '{{solution-start}} {label}'")
@@ -228,6 +248,9 @@ def _validate(ex: Exercise, nb, name: str) -> None:
             validate(ex.rubric, ex.op, ex.points)
         except RubricError as e:
             raise MarkingError(f"{where}: {e}") from None
+    if ex.written and ex.check is None:
+        raise MarkingError(f"{where}: 'written' marks the question of a coding exercise; a "
+                           f"derivation is answered in words already (give it 'points' only)")
     if ex.function is not None:
         defined = {f for i in ex.solutions for f in _DEF_RE.findall(source_text(nb["cells"][i]))}
         if ex.function not in defined:

@@ -11,8 +11,9 @@ from .marking import exercises_in
 
 def exercises_of(paths) -> list[dict]:
     """Every marked exercise of the notebooks ``paths``, in order: chapter (file stem), label,
-    points, and for a coding exercise the checker's op, the function the student writes and
-    how many mistakes that checker can name (``None`` for a derivation, graded by hand)."""
+    points (and ``written``, the points of a written part, 0 if none), and for a coding
+    exercise the checker's op, the function the student writes and how many mistakes that
+    checker can name (``None`` for a derivation, graded by hand)."""
     from normcore import exercises
 
     rows = []
@@ -24,6 +25,7 @@ def exercises_of(paths) -> list[dict]:
         for ex in found:
             rows.append({
                 "chapter": path.stem, "label": ex.label, "points": ex.points,
+                "written": ex.written,
                 "op": ex.op, "function": ex.function,
                 "mistakes": len(exercises.catalogue(ex.op)) if ex.op else None,
             })
@@ -32,13 +34,15 @@ def exercises_of(paths) -> list[dict]:
 
 def exercise_table(paths) -> str:
     """:func:`exercises_of` as a Markdown table (GitHub's syntax), one row per exercise: the
-    chapter's number, the label, the points, and the checker's op (a derivation: by hand)."""
+    chapter's number, the label, the points (``2 + 1 in words`` with a written part), and the
+    checker's op (a derivation: by hand)."""
     lines = ["| ch. | exercise | points | checked by | mistakes named |",
              "|---|---|---|---|---|"]
     for r in exercises_of(paths):
         number = r["chapter"].split("_")[0].lstrip("0")
         if r["op"]:
-            lines.append(f"| {number} | `{r['label']}` | {r['points']} | `{r['op']}` | "
+            points = f"{r['points']} + {r['written']} in words" if r["written"] else r["points"]
+            lines.append(f"| {number} | `{r['label']}` | {points} | `{r['op']}` | "
                          f"{r['mistakes']} |")
         else:
             lines.append(f"| {number} | `{r['label']}` | {r['points']} | by hand | |")

@@ -7,6 +7,9 @@
   indentation), so the ``def`` line above the markers keeps the signature;
 * a derivation (an exercise without a check cell) gets an empty answer cell instead of
   its solution cells;
+* a coding exercise with a written part (statement metadata ``"written": {"points": P}``)
+  gets an empty answer cell after its check cell, graded by hand (``<label>-written``),
+  and its statement a line saying so;
 * the ``{solution-start}``/``{solution-end}`` cells and the solution's prose are dropped;
 * every stored output is cleared; the check cells are kept and locked;
 * cells carry nbgrader's metadata (``schema_version`` 3, ``grade``, ``solution``,
@@ -95,7 +98,8 @@ def manifest(exercises: list[Exercise], source: str) -> dict:
     """What the grader needs to know of the exercises (``metadata.normcore.classroom``)."""
     return {"source": source, "exercises": [
         {"label": e.label, "points": e.points, "op": e.op, "function": e.function,
-         "options": e.options, "rules": list(e.rules), "rubric": ordered(e.grading, e.op)}
+         "options": e.options, "rules": list(e.rules), "rubric": ordered(e.grading, e.op),
+         **({"written": e.written} if e.written else {})}
         for e in exercises]}
 
 
@@ -105,8 +109,21 @@ class MystLeftWarning(UserWarning):
 
 def _points(ex: Exercise) -> str:
     """The statement's note: ``, 2 points`` or, with a rubric, ``, 2 points: 1 for the set,
-    1 for the variance and eps``."""
-    return f", {describe(ex.grading, ex.points, ex.op)}"
+    1 for the variance and eps``, and ``+ 1 for the answer in words`` for a written part."""
+    text = f", {describe(ex.grading, ex.points, ex.op)}"
+    return text + (f" + {ex.written} for the answer in words" if ex.written else "")
+
+
+def written_line(points: int) -> str:
+    """The line a statement with a written part ends with in the student notebook."""
+    return (f"*Answer the question in words in the answer cell after the check "
+            f"({points} point{'' if points == 1 else 's'}, graded by hand).*")
+
+
+def answer_cell(grade_id: str, points: int) -> dict:
+    """An empty markdown answer cell, graded by hand (nbgrader: solution and grade)."""
+    meta = {"nbgrader": nbgrader(grade_id, solution=True, grade=True, points=points)}
+    return nbformat.v4.new_markdown_cell(ANSWER, id=grade_id[:64], metadata=meta)
 
 
 def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None = None) -> dict:
@@ -134,10 +151,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
         if role == "drop":
             continue
         if role == "answer":
-            meta = {"nbgrader": nbgrader(f"{ex.label}-answer", solution=True, grade=True,
-                                         points=ex.points)}
-            cells.append(nbformat.v4.new_markdown_cell(ANSWER, id=f"{ex.label}-answer"[:64],
-                                                       metadata=meta))
+            cells.append(answer_cell(f"{ex.label}-answer", ex.points))
             continue
         new = _clean(cell)
         if index is not None and new["cell_type"] == "markdown":
@@ -145,6 +159,8 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
             left += unknown
         if role == "statement":
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-statement", locked=True)
+            if ex.written:
+                new["source"] = f"{source_text(new).rstrip()}\n\n{written_line(ex.written)}"
         elif role == "solution":
             new["source"] = stub_source(source_text(cell))
             k = ex.solutions.index(i)
@@ -156,6 +172,8 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-check", grade=True, locked=True,
                                                    points=ex.points)
         cells.append(new)
+        if ex is not None and ex.written and i == (ex.check if ex.coding else ex.statement):
+            cells.append(answer_cell(f"{ex.label}-written", ex.written))
     meta = {k: v for k, v in copy.deepcopy(nb.get("metadata", {})).items()
             if k not in _DROP_NOTEBOOK_METADATA}
     meta.setdefault("normcore", {})["classroom"] = manifest(exercises, name)
