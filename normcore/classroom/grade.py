@@ -34,9 +34,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
