@@ -10,13 +10,16 @@ from __future__ import annotations
 import ast
 import copy
 import csv
+import difflib
 import functools
 import hashlib
 import inspect
+import io
 import json
 import os
 import re
 import sys
+import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -673,6 +676,144 @@ def test_no_cell_outside_the_exercises_uses_a_solution(path):
                              if not line.lstrip().startswith(("%", "!")))   # IPython magics
             used = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
             assert not used & names, (path.name, used & names)
+
+
+# A demo of the checker (a cell outside the exercises that shows `exercises.check` naming a
+# mistake) must not be an exercise's solution with a token or two changed: a student would
+# copy it, flip the token and be told "correct".  "A few tokens from" is measured on
+# normalized token sequences (`demo_tokens`): comments, docstrings and layout dropped, the
+# parameters and local names renamed in order of first appearance (so that renaming a
+# variable does not hide a copy), attribute names, globals and literals kept.  A notebook
+# function the demo calls counts as part of it (its tokens come first).  difflib's
+# `ratio` (2 * matching tokens / all tokens of both) is 1 for a copy; the near-copies issue 21
+# found scored 0.65 (the running update, three of its five statements the solution's) to
+# 0.95 (BatchNorm with `x.var`'s unbiased default); the demos that replaced them, each the
+# mistake built from a library call with a knob turned, score 0.21 to 0.46.  (Two of the
+# book's solutions of one op, written in different ways, score 0.39 to 0.62.)  A demo is
+# compared with every solution of its op in the book (any of them passes the demo's
+# checker), and a function with exactly a solution's parameters with that solution.
+NEAR_COPY = 0.6
+
+
+def demo_tokens(fn: ast.FunctionDef) -> list[str]:
+    """The normalized tokens of ``fn``'s body (see above)."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]                                                   # a docstring
+    stored = [a.arg for a in fn.args.args] + [
+        n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    local: dict[str, str] = {}
+    for name in stored:
+        local.setdefault(name, f"_{len(local)}")
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER}
+    code = "\n".join(ast.unparse(statement) for statement in body)
+    out, previous = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+        if tok.type not in skip:
+            renamed = tok.type == tokenize.NAME and previous != "." and tok.string in local
+            out.append(local[tok.string] if renamed else tok.string)
+            previous = tok.string
+    return out
+
+
+def code_of(cell) -> ast.Module:
+    return ast.parse("\n".join(line for line in source_text(cell).splitlines()
+                               if not line.lstrip().startswith(("%", "!"))))   # IPython magics
+
+
+@functools.lru_cache(maxsize=1)
+def book_solutions() -> tuple:
+    """(chapter, op, function name, parameter names, tokens) of every coding exercise's
+    solution in the book."""
+    found = []
+    for path in CHAPTERS:
+        nb = nbformat.read(path, as_version=4)
+        for ex in read_exercises(nb):
+            for i in ex.solutions if ex.op and ex.function else ():
+                for fn in ast.walk(code_of(nb.cells[i])):
+                    if isinstance(fn, ast.FunctionDef) and fn.name == ex.function:
+                        found.append((path.stem, ex.op, fn.name,
+                                      [a.arg for a in fn.args.args], demo_tokens(fn)))
+    return tuple(found)
+
+
+def chapter_demos(path) -> list[tuple]:
+    """(op or None, function name, parameter names, tokens) of the functions the cells
+    outside the exercises define: the op when a cell passes the function to
+    ``exercises.check(op, ...)``, tokens with those of the notebook functions it calls."""
+    nb = nbformat.read(path, as_version=4)
+    defined: dict[str, tuple] = {}
+    checked: list[tuple[str, str]] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "normcore" in cell.metadata:
+            continue
+        tree = code_of(cell)
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            calls = [n.func.id for n in ast.walk(fn)
+                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+            helpers = [t for name in dict.fromkeys(calls) if name in defined
+                       for t in defined[name][1]]
+            defined[fn.name] = ([a.arg for a in fn.args.args], helpers + demo_tokens(fn))
+        checked += [(n.args[0].value, n.args[1].id) for n in ast.walk(tree)
+                    if isinstance(n, ast.Call) and ast.unparse(n.func) == "exercises.check"
+                    and len(n.args) > 1 and isinstance(n.args[0], ast.Constant)
+                    and isinstance(n.args[1], ast.Name)]
+    ops = {name: op for op, name in checked}
+    return [(ops.get(name), name, params, tokens)
+            for name, (params, tokens) in defined.items()]
+
+
+def near_copies(path, solutions) -> list[tuple]:
+    """(demo, solution's chapter and name, ratio) of each demo of ``path`` within
+    ``NEAR_COPY`` of a solution of its op, or of a solution with its parameters."""
+    near = []
+    for op, name, params, tokens in chapter_demos(path):
+        for chapter, sol_op, sol_name, sol_params, sol_tokens in solutions:
+            if op == sol_op or params == sol_params:
+                ratio = difflib.SequenceMatcher(None, tokens, sol_tokens,
+                                                autojunk=False).ratio()
+                if ratio >= NEAR_COPY:
+                    near.append((name, f"{chapter}:{sol_name}", round(ratio, 2)))
+    return near
+
+
+#: Chapters whose demos are still near copies, to be rewritten as those of chapters 2, 3, 4
+#: and 6 were (strict: the mark must go when they are).
+NEAR_COPIES_LEFT = {
+    "05_instance_norm": "instance_norm_per_sample is my_instance_norm reducing from dim 1 "
+                        "(0.79 to chapter 1's, 0.63 to chapter 5's)",
+    "07_weight_standardization": "ws_dim0 is my_ws reducing over dim 0 (0.67)",
+}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=NEAR_COPIES_LEFT[p.stem]))
+    if p.stem in NEAR_COPIES_LEFT else p for p in CHAPTERS], ids=[p.stem for p in CHAPTERS])
+def test_no_demo_outside_the_exercises_is_a_solution_with_a_token_changed(path):
+    near = near_copies(path, book_solutions())
+    assert not near, near
+
+
+def test_a_renamed_copy_with_a_token_changed_is_a_near_copy(tmp_path):
+    """The measure sees through renaming and comments: a chapter whose demo is chapter 2's
+    solution with other names and ``x.var``'s default (unbiased) is caught."""
+    demo = '''def bn_demo(inp, weight, bias, epsilon):
+    # the unbiased variance: the mistake
+    axes_ = [0] + list(range(2, inp.dim()))
+    view = [1, -1] + [1] * (inp.dim() - 2)
+    mu = inp.mean(dim=axes_, keepdim=True)
+    var = inp.var(dim=axes_, keepdim=True)
+    xhat = (inp - mu) / torch.sqrt(var + epsilon)
+    return weight.view(view) * xhat + bias.view(view)
+
+
+report = exercises.check("batch_norm", bn_demo)'''
+    nb = new_notebook(cells=[new_code_cell(demo)])
+    nbformat.write(nb, tmp_path / "99_demo.ipynb")
+    found = {(demo, sol): ratio for demo, sol, ratio in near_copies(tmp_path / "99_demo.ipynb",
+                                                                  book_solutions())}
+    assert found[("bn_demo", "02_batch_norm:my_batch_norm")] > 0.9
 
 
 def test_student_chapters_run_with_only_stubs_unimplemented():
