@@ -93,7 +93,11 @@ op                               the student writes
 
 Options of :func:`check`: ``seed`` (default 0) changes the inputs; ``ndims`` restricts the
 input ranks (e.g. ``ndims=(4,)`` for an exercise that only asks for ``(N, C, H, W)``);
-``convention`` for ``weight_standardize``, ``weight_standardize_backward`` and ``fold_ws``.
+``convention`` for ``weight_standardize``, ``weight_standardize_backward`` and ``fold_ws``;
+``hidden=True`` runs the grader's hidden sets instead of the notebook's (other seeds, a
+constant set, one sample, twice the samples: :mod:`.hidden`); ``rules`` names what the
+exercise forbids (``"no-autograd"``, ``"no-torch-norms"``, ``"no-normcore"``, ...:
+:mod:`.rules`), and a function that uses it fails as ``forbidden``, whatever its numbers.
 
 The report prints as plain text and is deterministic (no addresses, no timings, numbers
 rounded to three significant digits), so notebooks can show it under nbval.
@@ -107,11 +111,16 @@ module                      what it holds
 :mod:`.report`              :class:`Report` and the text formatting
 :mod:`.inputs`              the seeded test sets (:class:`~.inputs.Case`)
 :mod:`.tolerance`           each set's tolerance, from torch's float32 error on it
+:mod:`.hidden`              the hidden sets (``check(..., hidden=True)``)
+:mod:`.rules`               what an exercise forbids, and :func:`~.rules.watch`, which sees it
 :mod:`.variants`            a mistake as the reference with knobs turned
                             (:class:`~.variants.Variant`); the wrong reduce sets
 :mod:`.ops`                 :class:`~.ops.Op`, the hooks an op implements (documented
                             there), and the registry
-:mod:`.driver`              :func:`check`
+:mod:`.driver`              :func:`check`, in three steps that the classroom's grader runs
+                            in two processes: :func:`~.driver.plan` (the sets and references),
+                            :func:`~.driver.collect` (the student's function on them: the only
+                            step that runs student code), :func:`~.driver.judge` (the report)
 :mod:`.instructor`          :func:`catalogue`, :func:`catalogue_table`, :func:`signature`,
                             :func:`reference`
 :mod:`.forward`             ops ``batch_norm``, ``layer_norm``, ``instance_norm``,

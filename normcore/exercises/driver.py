@@ -2,52 +2,140 @@
 the report (see :mod:`normcore.exercises.ops` for the order of the hooks)."""
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from .catalogue import CATALOGUE
+from .hidden import hidden_cases, twice_the_samples
 from .inputs import Case
 from .ops import Op, get_op
 from .report import Report, dtype_text, failed, number, shape_text, type_name, wrap
 from .tolerance import prepare
+from .rules import Calls, describe, parse_rules, violations, watch
 from .variants import Variant, all_close, close, tolerance_of
 
 
-def check(op: str, student_fn: Callable, **options) -> Report:
+@dataclass
+class Plan:
+    """What :func:`check` runs, built before the student's function is called: the op, its
+    parsed options, the test sets (with their tolerances), the float64 references, the rules
+    and, for ``no-sample-loop``, a set with twice the samples (``probe``: (index of the set
+    it doubles, the doubled set))."""
+
+    impl: Op
+    options: dict
+    cases: list
+    refs: list
+    base: dict
+    rules: tuple = ()
+    probe: tuple | None = None
+
+
+def plan(op: str, options: dict, hidden: bool = False, rules=None) -> Plan:
+    """The :class:`Plan` of ``check(op, fn, hidden=hidden, rules=rules, **options)``."""
+    impl = get_op(op)
+    parsed = impl.parse_options(options)
+    rules = parse_rules(rules)
+    built = hidden_cases(impl, parsed) if hidden else impl.cases(parsed)
+    cases, refs = prepare(impl, built)
+    probe = None
+    if "no-sample-loop" in rules:
+        for i, case in enumerate(cases):
+            big = twice_the_samples(case) if case.kind == "regular" else None
+            if big is not None:
+                probe = (i, big)
+                break
+    return Plan(impl, parsed, cases, refs, impl.base_spec(parsed), rules, probe)
+
+
+def check(op: str, student_fn: Callable, *, hidden: bool = False, rules=None,
+          **options) -> Report:
     """Run ``student_fn`` and the reference for ``op`` on seeded inputs; say what is wrong.
 
     Returns a :class:`Report`; ``print(report)`` gives the plain-text verdict.  Options:
     ``seed`` (int, default 0), ``ndims`` (the input ranks to test, e.g. ``(4,)``) and, for
     ``weight_standardize``, ``weight_standardize_backward`` and ``fold_ws``, ``convention``
-    (``"original"``, ``"bit"``, ``"timm"``).
+    (``"original"``, ``"bit"``, ``"timm"``).  ``hidden=True``: the grader's hidden sets
+    instead of the notebook's (:mod:`.hidden`).  ``rules``: what the exercise forbids
+    (:mod:`.rules`, e.g. ``("no-autograd",)``); a function that uses it fails, whatever
+    its numbers.
     """
-    impl = get_op(op)
+    the_plan = plan(op, options, hidden, rules)
     if not callable(student_fn):
         raise TypeError(f"check({op!r}, ...): the student function must be callable, got "
                         f"{type(student_fn).__name__}")
-    parsed = impl.parse_options(options)
-    # the references in float64, each set with its tolerance (see .tolerance)
-    cases, refs = prepare(impl, impl.cases(parsed))
-    base = impl.base_spec(parsed)
+    return judge(the_plan, collect(the_plan, student_fn))
 
-    # 1. run the student's function on every set
-    outs = []
-    for case in cases:
-        try:
-            raw = impl.call(student_fn, case)
-        except NotImplementedError:
+
+def _call_one(impl: Op, fn: Callable, case: Case, watched: bool) -> dict:
+    """Call ``fn`` on ``case``: ``{"status": "ok", "outputs": (...)}``, or ``"stub"``,
+    ``"raise"`` (``ename``, ``evalue``), ``"type"`` (``message``); with ``calls`` (what it
+    called, :class:`~.rules.Calls` as a dict) when ``watched``."""
+    out: dict = {}
+    scope = watch(fn) if watched else contextlib.nullcontext(None)
+    try:
+        with scope as calls:
+            raw = impl.call(fn, case)
+    except NotImplementedError:
+        return {"status": "stub"}
+    except Exception as e:  # noqa: BLE001 - any error of the student's code is reported
+        return {"status": "raise", "ename": type(e).__name__, "evalue": str(e)}
+    if watched:
+        out["calls"] = calls.as_dict()
+    got = _as_outputs(impl, case, raw)
+    if isinstance(got, Report):
+        out.update(status="type", message=got.message)
+    else:
+        out.update(status="ok", outputs=tuple(t.clone().contiguous() for t in got))
+    return out
+
+
+def collect(the_plan: Plan, fn: Callable) -> dict:
+    """Run the student's function on every set of ``the_plan`` (and the loop probe): what
+    :func:`judge` needs, as plain data (tensors, strings, numbers), so that it can be
+    computed in one process and judged in another (:mod:`normcore.classroom.callee`).
+    Stops at the first set that does not give outputs."""
+    impl, watched = the_plan.impl, bool(the_plan.rules)
+    results = []
+    for case in the_plan.cases:
+        r = _call_one(impl, fn, case, watched)
+        results.append(r)
+        if r["status"] != "ok":
+            break
+    probe = None
+    if the_plan.probe is not None and all(r["status"] == "ok" for r in results):
+        probe = _call_one(impl, fn, the_plan.probe[1], True)
+    return {"results": results, "probe": probe}
+
+
+def judge(the_plan: Plan, collected: dict) -> Report:
+    """The :class:`Report` on what :func:`collect` gathered (never calls student code)."""
+    impl, parsed, cases, refs = the_plan.impl, the_plan.options, the_plan.cases, the_plan.refs
+    results = collected["results"]
+    # 1. did the function run on every set?
+    for case, r in zip(cases, results):
+        if r["status"] == "stub":
             return failed(impl.name, "not_implemented", wrap(
                 "Your function raised NotImplementedError: it is still the stub. Replace "
                 "`raise NotImplementedError()` with your code."))
-        except Exception as e:  # noqa: BLE001 - any error of the student's code is reported
-            return _report_exception(impl, parsed, case, e)
-        got = _as_outputs(impl, case, raw)
-        if isinstance(got, Report):
-            return got
-        outs.append(got)
-
-    # 2. shapes, then dtypes
+        if r["status"] == "raise":
+            return _report_exception(impl, parsed, case, r["ename"], r["evalue"])
+        if r["status"] == "type":
+            return failed(impl.name, "type", r["message"])
+        if r["status"] != "ok":
+            raise ValueError(f"a result of status {r['status']!r}: not one collect() gives")
+    if len(results) < len(cases):
+        raise ValueError(f"{len(results)} results for {len(cases)} test sets")
+    # 2. what the exercise forbids
+    if the_plan.rules:
+        report = _report_rules(impl, the_plan, cases, results, collected.get("probe"))
+        if report is not None:
+            return report
+    outs = [tuple(r["outputs"]) for r in results]
+    # 3. shapes, then dtypes
     for case, got in zip(cases, outs):
         for i, (t, shape) in enumerate(zip(got, impl.expected_shapes(case))):
             if tuple(t.shape) != tuple(shape):
@@ -64,16 +152,16 @@ def check(op: str, student_fn: Callable, **options) -> Report:
                     f"dtype: create new tensors with dtype=x.dtype (torch.tensor(...) and "
                     f"torch.zeros(n) default to float32), and avoid .float() and .double()."))
 
-    # 3. values
+    # 4. values
     err = _largest_error(impl, cases, outs, refs)
     if all_close(outs, refs, cases):
-        return Report(op, True, "pass", None, wrap(
+        return Report(impl.name, True, "pass", None, wrap(
             f"Your function matches the reference on all {len(cases)} test sets."),
             err["max"], (), None)
 
-    # 4. which mistake is it?
+    # 5. which mistake is it?
     context = impl.context(parsed, cases)
-    found = _diagnose(impl, base, cases, outs, refs, parsed)
+    found = _diagnose(impl, the_plan.base, cases, outs, refs, parsed)
     if found is not None:
         return _report_misconception(impl, context, found, err)
     not_finite = [(c, got) for c, got, ref in zip(cases, outs, refs)
@@ -81,7 +169,7 @@ def check(op: str, student_fn: Callable, **options) -> Report:
                          for t, r in zip(got, ref))]
     if not_finite:
         return _report_not_finite(impl, *not_finite[0], err)
-    return Report(op, False, "unknown", None, _unknown_message(impl, cases, outs, refs, err),
+    return Report(impl.name, False, "unknown", None, _unknown_message(impl, cases, outs, refs, err),
                   err["max"], (), err["text"])
 
 
@@ -114,12 +202,12 @@ def _as_outputs(impl: Op, case: Case, raw):
     return tuple(t.detach() for t in raw)
 
 
-def _report_exception(impl: Op, options: dict, case: Case, e: Exception) -> Report:
-    text = str(e).strip().splitlines()
+def _report_exception(impl: Op, options: dict, case: Case, ename: str, evalue: str) -> Report:
+    text = evalue.strip().splitlines()
     text = " ".join(line.strip() for line in text[:3])
     if len(text) > 300:
         text = text[:297] + "..."
-    msg = (f"Your function raised {type(e).__name__}: {text}\nwhen called as "
+    msg = (f"Your function raised {ename}: {text}\nwhen called as "
            f"{impl.call_text} on {case.title}.\n{impl.call_hint(options)}")
     if impl.input_name == "x" and len(options["ndims"]) > 1:
         msg += " Compute dims from x.dim() rather than assuming one shape."
@@ -268,3 +356,40 @@ def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
     lines.append("Test sets:")
     msg = "\n".join(wrap(p) for p in lines)
     return msg + "\n" + "\n".join(wrap(f"{c.name}: {c.label}", "  ") for c in cases)
+
+
+def _report_rules(impl: Op, the_plan: Plan, cases, results, probe) -> Report | None:
+    """A "forbidden" report when the calls break a rule, else ``None``."""
+    found = []
+    for case, r in zip(cases, results):
+        found = violations(the_plan.rules, Calls.from_dict(r.get("calls", {})), case)
+        if found:
+            break
+    if not found and probe is not None and the_plan.probe is not None:
+        i = the_plan.probe[0]
+        small = Calls.from_dict(results[i].get("calls", {}))
+        big = Calls.from_dict(probe.get("calls", {})) if probe.get("status") == "ok" else None
+        found = violations(("no-sample-loop",), small, cases[i], big)
+    if not found:
+        return None
+    lines = ["Your function uses what this exercise forbids."]
+    for rule, what in found:
+        lines.append(f"Rule: {describe(rule)} [{rule}]. Seen: {what}.")
+    lines.append("What to change: " + _RULE_FIX.get(found[0][0].split(":")[0], "") )
+    return Report(impl.name, False, "forbidden", None, "\n".join(wrap(p) for p in lines),
+                  None, (), None, (), tuple(rule for rule, _ in found))
+
+
+_RULE_FIX = {
+    "no-autograd": "compute the gradients from the formula, with tensor operations; no "
+                   "backward() and no torch.autograd.",
+    "no-torch-norms": "compute the statistics yourself (mean, var, sqrt) instead of calling "
+                      "torch's normalization op.",
+    "no-normcore": "write the computation yourself; normcore's functions are the answer, "
+                   "not a tool for this exercise.",
+    "no-group-reshape": "follow the statement: take each group's channels by slicing, one "
+                        "group at a time, instead of reshaping to (N, G, ...).",
+    "no-sample-loop": "work on the whole batch at once (reduce over dims with mean/var); "
+                      "no Python loop over the samples.",
+    "once": "call the named function exactly once, on the whole batch.",
+}

@@ -18,7 +18,7 @@ WIDTH = 76  # fits the book's output column
 
 #: Every value of :attr:`Report.kind`.
 KINDS = ("pass", "misconception", "unknown", "not_implemented", "exception", "type", "shape",
-         "dtype", "nan")
+         "dtype", "nan", "forbidden")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class Report:
     ``kind`` is one of ``"pass"``, ``"misconception"``, ``"unknown"`` (wrong, no known
     mistake matches), ``"not_implemented"`` (the function raised ``NotImplementedError``:
     still the stub of a student notebook), ``"exception"``, ``"type"``, ``"shape"``,
-    ``"dtype"``, ``"nan"``.
+    ``"dtype"``, ``"nan"``, ``"forbidden"`` (it used what the exercise's rules forbid,
+    :mod:`.rules`; ``broken_rules`` names them).
     ``misconception`` is a :data:`CATALOGUE` key (the first, if two mistakes combine;
     ``misconceptions`` has them all).  ``max_abs_error`` is the largest difference from the
     reference over every test set (``None`` when the values could not be compared).
@@ -46,6 +47,7 @@ class Report:
     misconceptions: tuple[str, ...] = ()
     where: str | None = None
     advice: tuple[tuple[str, str, str, str], ...] = ()
+    broken_rules: tuple[str, ...] = ()
 
     @property
     def headline(self) -> str:
@@ -53,6 +55,8 @@ class Report:
             return f"{self.op}: correct."
         if self.kind == "not_implemented":
             return f"{self.op}: not implemented."
+        if self.kind == "forbidden":
+            return f"{self.op}: not accepted (forbidden: {', '.join(self.broken_rules)})."
         if self.misconceptions:
             titles = " + ".join(f"{CATALOGUE[k].title} [{k}]" for k in self.misconceptions)
             return f"{self.op}: not correct. Diagnosis: {titles}"
