@@ -39,6 +39,7 @@ student's kernel.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import nbformat
@@ -60,8 +61,8 @@ def hidden_check(entry: dict) -> str:
     """The hidden check of a coding exercise, from its manifest entry
     (:func:`~.student.manifest`): the checker on its hidden inputs, with the exercise's
     rules (what the function must not use) when it has some."""
-    rules = entry.get("rules")
-    extra = f", rules={tuple(rules)!r}" if rules else ""
+    rules = [json.dumps(str(r)) for r in entry.get("rules") or ()]
+    extra = f", rules=({', '.join(rules)}{',' if len(rules) == 1 else ''})" if rules else ""
     return (f'report = exercises.check("{entry["op"]}", {entry["function"]}'
             f'{entry.get("options") or ""}, hidden=True{extra})\n'
             "print(report)\n"
