@@ -36,6 +36,8 @@ from normcore.classroom.student import dumps, write_student
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+# grading runs notebooks and the grader's own processes: minutes on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(900)
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
@@ -46,12 +48,13 @@ def mark(label, role, **extra):
     return {"normcore": {"exercise": label, "role": role, **extra}}
 
 
-def exercise_cells(label, op, fn, body, points=1, options="", check=True):
+def exercise_cells(label, op, fn, body, points=1, options="", check=True, rules=None):
     """The five cells of one coding exercise (four without ``check``)."""
     args = exercises.signature(op)[2:-1] if op else ""
+    extra = {"rules": list(rules)} if rules else {}
     cells = [
         new_markdown_cell(f"````{{exercise}}\n:label: {label}\n\nWrite `{fn}`.\n````",
-                          metadata=mark(label, "statement", points=points)),
+                          metadata=mark(label, "statement", points=points, **extra)),
         new_markdown_cell(f"````{{solution-start}} {label}\n:class: dropdown\n````\n"
                           f"Hint only the solution shows ({label}).",
                           metadata=mark(label, "solution-start")),
@@ -410,7 +413,11 @@ def test_csv_and_summary(graded, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == len(rows) == 2 * (len(PLANTED) + len(BROKEN) + 1) + 2
     assert table[0].keys() == {"student", "chapter", "exercise", "op", "points", "score",
-                               "status", "misconception", "misconception_name", "detail"}
+                               "status", "misconception", "misconception_name", "detail",
+                               "credit"}
+    # the planted chapter gives no rubric: all or nothing
+    assert {line["credit"] for line in table if line["op"]} == {"correct:0", "correct:2",
+                                                                "correct:1"}
     text = summary(rows)
     assert text.splitlines()[0] == "4 submission(s)"
     label = PLANTED[0][0]
@@ -445,7 +452,7 @@ def test_feedback_file_per_student(graded, tmp_path):
         part = section(bob, label)
         assert part.startswith(f"## {label}: 0 of 2 points"), part
         assert all(len(line) <= 80 for line in part.splitlines()), part
-        report = exercises.check(op, fn, **options[fn])
+        report = exercises.check(op, fn, hidden=True, **options[fn])
         assert len(report.advice) == len(keys)
         words = " ".join(part.split())     # the paragraphs are filled to the page's width
         for (key, did, why, fix), k in zip(report.advice, keys):
@@ -531,14 +538,16 @@ def test_a_notebook_over_its_time_limit_is_killed():
 
 @functools.lru_cache(maxsize=None)
 def death_runs():
-    """Grade, in a thread, two notebooks whose kernel dies: one function kills it with
-    SIGKILL when the check calls it; one solution cell ends it with exit code 3."""
+    """Grade, in a thread, two notebooks whose kernel dies: one function kills the process
+    that runs it with SIGKILL when it is checked, and a later solution cell kills the kernel;
+    one solution cell ends the kernel with exit code 3."""
     cells = [c for label in ("ex-first", "ex-killed", "ex-after")
              for c in exercise_cells(label, "batch_norm", label[3:], "    return x")]
     student = student_notebook(new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC}),
                                "dies")
     killed = plant(student, {"ex-killed": "import os\n\n\ndef killed(x, gamma, beta, eps):\n"
-                                          "    os.kill(os.getpid(), 9)"})
+                                          "    os.kill(os.getpid(), 9)",
+                             "ex-after": "import os\nos.kill(os.getpid(), 9)"})
     exits = plant(student, {"ex-first": "import os\nos._exit(3)"})
     pool = ThreadPoolExecutor(max_workers=1)
     futures = [pool.submit(grade_notebook, nb, "zed", cell_timeout=30, timeout=120,
@@ -547,19 +556,75 @@ def death_runs():
     return futures
 
 
+# the one-line cheats an instructor tried: none of them passes
+CHEATS = {
+    # the stub left, and the checker replaced in the solution cell
+    "ex-patch-check": "from normcore import exercises as _ex\n"
+                      "class _Passed:\n    passed = True\n    kind = 'pass'\n"
+                      "_ex.check = lambda *a, **k: _Passed()\n"
+                      "def patch_check(x, gamma, beta, eps):\n"
+                      "    raise NotImplementedError()",
+    # a verdict written straight into the grader's results file
+    "ex-write-verdict": "import json, os\n"
+                        "def write_verdict(x, gamma, beta, eps):\n"
+                        "    raise NotImplementedError()\n"
+                        "for _label in ('ex-write-verdict', 'ex-patch-check'):\n"
+                        "    with open(os.environ['NORMCORE_GRADE_RESULTS'], 'a') as f:\n"
+                        "        f.write(json.dumps({'label': _label, 'status': 'passed'}) "
+                        "+ '\\n')",
+    # the checker's own reference handed in
+    "ex-reference": "def reference(x, gamma, beta, eps):\n"
+                    "    return exercises.reference('batch_norm')(x, gamma, beta, eps)",
+    # torch's op, where the statement forbids it
+    "ex-torch-op": "import torch.nn.functional as TF\n"
+                   "def torch_op(x, gamma, beta, eps):\n"
+                   "    return TF.batch_norm(x, None, None, gamma, beta, training=True, "
+                   "eps=eps)",
+    # torch itself patched so that any answer is "close"
+    "ex-patch-torch": "torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
+                      "def patch_torch(x, gamma, beta, eps):\n"
+                      "    return x",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def cheat_run():
+    cells = [new_code_cell("import torch\nfrom normcore import exercises")]
+    for label in CHEATS:
+        fn = label[3:].replace("-", "_")
+        cells += exercise_cells(label, "batch_norm", fn, "    return x", points=2,
+                                rules=("no-torch-norms", "no-normcore"))
+    student = student_notebook(new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC}),
+                               "cheats")
+    return grade_notebook(plant(student, CHEATS), "mallory", cell_timeout=60, timeout=300,
+                          memory=MEMORY)
+
+
+def test_one_line_cheats_do_not_pass():
+    rows, _ = cheat_run()
+    by = {r.exercise: r for r in rows}
+    assert by["ex-patch-check"].status == "not implemented", by["ex-patch-check"]
+    assert by["ex-write-verdict"].status == "not implemented", by["ex-write-verdict"]
+    for label, rule in (("ex-reference", "no-normcore"), ("ex-torch-op", "no-torch-norms")):
+        assert by[label].status == "forbidden", by[label]
+        assert rule in by[label].detail
+    assert by["ex-patch-torch"].status in ("misconception", "incorrect"), by["ex-patch-torch"]
+    assert sum(r.score for r in rows) == 0
+
+
 def test_a_killed_kernel_is_reported_as_dead_not_timed_out():
     rows, ran = death_runs()[0].result()
     by = {r.exercise: r for r in rows}
     assert not ran["timed_out"] and ran["died"]["signal"] == 9, ran
     assert by["ex-first"].status == "not implemented"       # graded before the kill
-    row = by["ex-killed"]
+    row = by["ex-killed"]    # its function killed the grader's process, not the kernel
     assert (row.status, row.score) == ("kernel died", 0), row
-    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) while the "
-                          "exercise's check ran your function")
+    assert row.detail == ("the process that ran your function on the grader's test sets "
+                          "was killed by signal 9 (SIGKILL)")
     row = by["ex-after"]
     assert row.status == "kernel died", row
-    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) in the check cell of "
-                          "ex-killed, before this exercise was checked")
+    assert row.detail == ("the kernel died (killed by signal 9, SIGKILL) in your solution "
+                          "cell of ex-after, before this exercise was checked")
     assert not alive(ran["kernel"])
     assert "  kernel died: 1 of 1" in summary(rows)
 

@@ -82,10 +82,11 @@ def test_source_keeps_the_def_line_and_the_body_between_the_markers(index):
     cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in source.cells}
     assert cells["ex-bn-forward-solution"].startswith(
         "def my_batch_norm(x, gamma, beta, eps):\n    ### BEGIN SOLUTION\n")
+    rules = '                         rules=("no-torch-norms", "no-normcore"))'
     assert cells["ex-bn-forward-check"] == "\n".join([
-        'report = exercises.check("batch_norm", my_batch_norm)', "print(report)",
+        'report = exercises.check("batch_norm", my_batch_norm,', rules, "print(report)",
         "assert report.passed", HIDDEN_BEGIN,
-        'report = exercises.check("batch_norm", my_batch_norm, hidden=True)',
+        'report = exercises.check("batch_norm", my_batch_norm, hidden=True,', rules,
         "print(report)", "assert report.passed", HIDDEN_END])
     # a derivation: a manually graded answer cell, nbgrader's text stub
     answer = next(c for c in source.cells
@@ -98,10 +99,14 @@ def test_hidden_check_carries_the_options_and_the_rules():
     entry = {"op": "group_norm", "function": "my_group_norm", "options": ", ndims=(4,)"}
     assert hidden_check(entry).split("\n")[0] == \
         'report = exercises.check("group_norm", my_group_norm, ndims=(4,), hidden=True)'
-    one = hidden_check({**entry, "rules": ["no-autograd"]}).split("\n")[0]
-    assert one.endswith(', hidden=True, rules=("no-autograd",))')
-    two = hidden_check({**entry, "rules": ["no-autograd", "no-normcore"]}).split("\n")[0]
-    assert two.endswith(', hidden=True, rules=("no-autograd", "no-normcore"))')
+    short = {"op": "dyt", "function": "f"}
+    assert hidden_check({**short, "rules": ["no-autograd"]}).split("\n")[0] == \
+        'report = exercises.check("dyt", f, hidden=True, rules=("no-autograd",))'
+    two = hidden_check({**entry, "rules": ["no-autograd", "no-normcore"]})
+    assert two.split("\n")[:2] == [
+        'report = exercises.check("group_norm", my_group_norm, ndims=(4,), hidden=True,',
+        '                         rules=("no-autograd", "no-normcore"))']
+    assert max(map(len, two.split("\n"))) <= 79
     compile(two, "hidden", "exec")
 
 

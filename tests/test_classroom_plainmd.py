@@ -19,6 +19,7 @@ from normcore.classroom.__main__ import main
 from normcore.classroom.plainmd import (BookIndex, Target, book_index, myst_left,
                                         read_bibliography, to_plain)
 from normcore.classroom.student import MystLeftWarning, student_notebook, write_student
+from normcore.exercises.credit import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
@@ -166,8 +167,11 @@ def test_student_notebook_has_no_myst_and_every_label(path, written):
         statement = next(c.source for c in student.cells
                          if c.metadata.get("nbgrader", {}).get("grade_id")
                          == f"{ex.label}-statement")
-        assert re.match(rf"\*\*Exercise {number}\.{k}\b.*\*\* \(`{ex.label}`, {ex.points} "
-                        rf"points?\)", statement), statement[:120]
+        # the points, and how the rubric splits them (ex-bn-forward: "2 points: 1 for the set,
+        # 1 for the variance, eps and the affine map")
+        points = re.escape(describe(ex.grading, ex.points, ex.op))
+        assert re.match(rf"\*\*Exercise {number}\.{k}\b.*\*\* \(`{ex.label}`, {points}\)",
+                        statement), statement[:160]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])

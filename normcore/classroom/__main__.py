@@ -41,7 +41,9 @@ def main(argv=None) -> int:
                          "chapter not handed in scores 0 as 'missing'")
     gr.add_argument("--chapters", nargs="+", metavar="CHAPTER.ipynb",
                     help="the chapters handed out (the book's, or their student versions): "
-                         "their exercises are the gradebook's columns (needed by --roster)")
+                         "their exercises are the gradebook's columns (needed by --roster), "
+                         "and the submissions of these chapters are graded on them (points, "
+                         "rules), not on the list in the submission's metadata")
     gr.add_argument("--student-pattern", metavar="REGEX",
                     help="a regular expression with a group (?P<student>...), searched in "
                          "each submission's path in the submissions folder (default: the "
@@ -60,6 +62,10 @@ def main(argv=None) -> int:
                     help="seconds per notebook (default 600)")
     gr.add_argument("--memory", type=int, default=4096, metavar="MB",
                     help="address-space limit of each submission's kernel (default 4096)")
+    gr.add_argument("--visible-only", action="store_true",
+                    help="check on the notebook's own test sets only, not the hidden ones "
+                         "(default: the hidden sets: other seeds, a constant set, one sample, "
+                         "twice the samples)")
     gr.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                     help="grade N submissions at a time (default 1)")
     gr.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -111,9 +117,8 @@ def _grade(args, parser) -> int:
     if args.roster and not args.chapters:
         parser.error("--roster needs --chapters: the chapters handed out, whose exercises "
                      "every student is graded on (e.g. --chapters chapters/02_batch_norm.ipynb)")
-    if (args.chapters or args.gradebook) and not args.roster:
-        parser.error("--chapters and --gradebook go with --roster students.csv (the class "
-                     "list)")
+    if args.gradebook and not args.roster:
+        parser.error("--gradebook goes with --roster students.csv (the class list)")
     try:   # every input is checked before a notebook runs
         roster = read_roster(args.roster) if args.roster else None
         chapters = gb.chapter_exercises(args.chapters) if args.chapters else None
@@ -128,7 +133,8 @@ def _grade(args, parser) -> int:
     try:
         rows = grade([s.path for s in found], args.cell_timeout, args.timeout, args.memory,
                      progress=False if args.no_progress else None, jobs=args.jobs,
-                     students=[s.student for s in found])
+                     students=[s.student for s in found], hidden=not args.visible_only,
+                     exercises_of=chapters)
     except KeyboardInterrupt:
         print("grading interrupted (its processes are stopped); no grades written",
               file=sys.stderr)

@@ -7,7 +7,9 @@ what to change.  :func:`write_feedback` writes, for every student of a grading r
 name and key, or what else went wrong) and what to change: the catalogue's prose for a
 known mistake (:attr:`normcore.exercises.Report.advice`), the checker's own message for a
 function that is wrong in another way, and a sentence per status the checker never saw
-(a cell that raised or ran too long, a dead kernel, a renamed function).
+(a cell that raised or ran too long, a dead kernel, a renamed function).  An exercise whose
+rubric splits its points (:mod:`normcore.exercises.credit`) lists each part: what a correct
+answer does, and whether the student earned it.
 
 ``python -m normcore.classroom grade ... --out grades.csv`` writes them into
 ``grades-feedback/`` beside the CSV (``--feedback DIR`` to choose another folder).
@@ -17,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from normcore.exercises.credit import CORRECT, PROPERTIES, item_words, items
 from normcore.exercises.report import wrap
 
 #: What to change, for the statuses whose row has no text of the checker's.
@@ -57,6 +60,23 @@ def _para(text: str) -> list[str]:
     return [wrap(text, hang=""), ""]
 
 
+def credit_lines(row) -> list[str]:
+    """The rubric's parts, earned or lost, as a Markdown list (none for all or nothing)."""
+    parts = (row.feedback or {}).get("credit") or []
+    if not parts or [p[0] for p in parts] == [CORRECT]:
+        return []
+    words = PROPERTIES.get(row.op, {})
+    lines = ["**Points by property:**", ""]
+    for item, points, earned in parts:
+        props = items({item: points})[item]
+        names = item_words(item)
+        what = "; ".join(words[p] for p in props if p in words)
+        mark = "earned" if earned == points else "lost"
+        text = f"{names}, {earned} of {_points(points)} ({mark})" + (f": {what}." if what else ".")
+        lines.append(wrap(f"- {text}", hang="  "))
+    return lines + [""]
+
+
 def exercise_feedback(row) -> list[str]:
     """The Markdown lines of one exercise (a :class:`~normcore.classroom.grade.Row`)."""
     head = f"## {row.exercise}" if row.exercise != "*" else "## The notebook"
@@ -65,6 +85,7 @@ def exercise_feedback(row) -> list[str]:
     elif row.exercise != "*":
         head += f": {row.score} of {_points(row.points)}"
     lines = [head, ""] + _para(f"**Status:** {f'`{row.op}`, ' if row.op else ''}{row.status}")
+    lines += credit_lines(row)
     fb = row.feedback or {}
     advice = fb.get("advice") or []
     if row.status == "misconception" and advice:

@@ -12,13 +12,20 @@ whole notebook (the process and its kernel are killed), and a memory limit
 Statuses: ``passed``, ``misconception``, ``incorrect`` (wrong, no known mistake),
 ``not implemented`` (still the stub), ``error`` (the function or its cell raised),
 ``timed out`` (a time limit stopped it), ``kernel died`` (the kernel was killed, by a signal
-such as the system's out-of-memory killer or the student's own ``os.kill``, or exited: the
-exercise's check or an earlier cell never finished), ``missing function`` (renamed or
+such as the system's out-of-memory killer or the student's own ``os.kill``, or exited, before
+the exercise's function was handed over; or the grader's process died while it ran that
+function), ``forbidden`` (it used what the exercise's rules forbid), ``missing function`` (renamed or
 deleted), ``unreadable`` (not a notebook); with a roster (:mod:`.gradebook`), ``missing``
 (not handed in).
+
+Scores: an exercise's rubric (the manifest's ``"rubric"``, all points on a correct answer
+when there is none) splits its points over properties of a correct answer, and
+:func:`normcore.exercises.credit.credit` gives a wrong answer the points of the properties
+the checker verified; the column ``credit`` shows them (``set:1 variance+eps+affine:0``).
 """
 from __future__ import annotations
 
+import ast
 import copy
 import csv
 import json
@@ -35,6 +42,10 @@ from pathlib import Path
 
 import nbformat
 
+from normcore.exercises.credit import credit, default_rubric
+
+from .capture import capture_path
+from .record import verdict
 from .runner import TIMEOUT_ERROR
 
 _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
@@ -45,7 +56,8 @@ class Row:
     """One line of the grade sheet: one student and one exercise.  ``feedback`` and
     ``source`` are not columns: the checker's text for the student's feedback file
     (:mod:`.feedback`), ``{"message": ..., "advice": [{"key", "title", "did", "why",
-    "fix"}, ...]}``, and the submission's path."""
+    "fix"}, ...], "credit": [[item, points, earned], ...]}``, and the submission's path.
+    ``credit``: the points earned per rubric item, ``set:1 variance+eps:0``."""
 
     student: str
     chapter: str
@@ -59,10 +71,15 @@ class Row:
     detail: str
     feedback: dict = field(default_factory=dict, repr=False)
     source: str = field(default="", repr=False)
+    credit: str = ""
 
 
 #: The grade sheet's columns: every field of :class:`Row` but ``feedback`` and ``source``.
 COLUMNS = tuple(f.name for f in fields(Row) if f.name not in ("feedback", "source"))
+
+
+#: What a capture in the student's kernel may report (:mod:`.capture`).
+KERNEL_STATUSES = ("captured", "missing function", "error")
 
 
 def _nbgrader_id(cell) -> str:
@@ -70,10 +87,124 @@ def _nbgrader_id(cell) -> str:
 
 
 def check_source(ex: dict) -> str:
-    """The grader's check cell for exercise ``ex`` of the manifest."""
-    return ("from normcore.classroom.record import record as _normcore_record\n"
-            f"_normcore_record({ex['label']!r}, {ex['op']!r}, {ex['function']!r}, "
-            f"globals(){ex.get('options') or ''})")
+    """The grader's check cell for exercise ``ex`` of the manifest: it hands the student's
+    function to the grader (:mod:`.capture`); it checks nothing in the student's kernel."""
+    return ("from normcore.classroom.capture import capture as _normcore_capture\n"
+            f"_normcore_capture({ex['label']!r}, {ex['function']!r}, globals())")
+
+
+def parse_options(text: str) -> dict:
+    """The options of a check cell (``", convention='bit'"``) as a dict of literals."""
+    text = (text or "").strip().lstrip(",").strip()
+    if not text:
+        return {}
+    try:
+        call = ast.parse(f"f({text})", mode="eval").body
+        if call.args:
+            raise ValueError("positional arguments")
+        return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    except (SyntaxError, ValueError) as e:
+        raise ValueError(f"the check's options {text!r} are not keyword=literal pairs "
+                         f"({e})") from None
+
+
+def judge_captured(exs: list[dict], workdir: Path, cell_timeout: int, memory: int,
+                   hidden: bool = True) -> dict[str, dict]:
+    """Check the functions captured for the exercises ``exs``: run them in :mod:`.callee`
+    (one fresh process for all of them, restarted after a function that hangs, over
+    ``cell_timeout`` s, or ends the process), then judge what each returned here, against
+    the references of :func:`normcore.exercises.driver.plan` computed in this process.
+    Each exercise's verdict, by label."""
+    jobs = []
+    for ex in exs:
+        options, rules = parse_options(ex.get("options", "")), list(ex.get("rules") or [])
+        jobs.append({"label": ex["label"], "op": ex["op"], "options": options,
+                     "rules": rules, "hidden": hidden,
+                     "function": str(capture_path(workdir / "results.jsonl", ex["label"])),
+                     "out": str(workdir / f"checked-{ex['label']}.pt")})
+    verdicts: dict[str, dict] = {}
+    pending = list(jobs)
+    while pending:
+        failure = _run_callee(pending, workdir, cell_timeout, memory)
+        done = [j for j in pending if Path(j["out"]).exists()]
+        for job in done:
+            verdicts[job["label"]] = _judge_one(job)
+        pending = [j for j in pending if not Path(j["out"]).exists()]
+        if pending:   # the one it started and did not finish hung or ended the process
+            blamed = next((j for j in pending if Path(j["out"] + ".started").exists()),
+                          pending[0])
+            pending.remove(blamed)
+            verdicts[blamed["label"]] = {"label": blamed["label"], **(failure or {
+                "status": "error", "detail": "the grader's process for your function "
+                "ended without a result"})}
+    return verdicts
+
+
+def _run_callee(jobs: list[dict], workdir: Path, cell_timeout: int, memory: int) -> dict | None:
+    """Run :mod:`.callee` on ``jobs`` until it ends, or until ``cell_timeout`` s pass
+    without a job finishing (then kill it).  What happened to the job it stopped on, as a
+    verdict's status and detail, or ``None`` if it finished them all."""
+    import time
+    spec = workdir / "callee-jobs.json"
+    spec.write_text(json.dumps(jobs))
+    cmd = [sys.executable, "-m", "normcore.classroom.callee", str(spec), "--memory",
+           str(memory)]
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    begun = time.monotonic()
+    started_at: dict[str, float] = {}
+    try:
+        while True:
+            try:
+                _, stderr = child.communicate(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                running = [j for j in jobs if not Path(j["out"]).exists()
+                           and Path(j["out"] + ".started").exists()]
+                for j in running:
+                    started_at.setdefault(j["out"], now)
+                if any(now - started_at[j["out"]] > cell_timeout for j in running):
+                    _kill_group(child.pid)
+                    child.communicate()
+                    return {"status": "timed out", "detail": f"your function ran longer than "
+                            f"{cell_timeout} s on the grader's test sets"}
+                if not running and not started_at and now - begun > 20 * cell_timeout:
+                    _kill_group(child.pid)   # never got as far as a student's function
+                    child.communicate()
+                    return {"status": "error", "detail": "the grader's process did not start"}
+    except BaseException:
+        _kill_group(child.pid)
+        raise
+    if child.returncode == 0:
+        return None
+    from .runner import kernel_end
+    how = kernel_end(child.returncode)
+    why = (f"was killed by signal {how['signal']} ({how['signal_name']})" if "signal" in how
+           else f"exited with code {how.get('exit_code')}")
+    last_line = (stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+    if "signal" not in how and not any(Path(j["out"] + ".started").exists() for j in jobs):
+        return {"status": "error", "detail": f"the grader could not load your function: "
+                f"{last_line}"}
+    return {"status": "kernel died", "detail": f"the process that ran your function on the "
+            f"grader's test sets {why}"}
+
+
+def _judge_one(job: dict) -> dict:
+    """The verdict on one job's saved results (never runs student code)."""
+    import torch
+
+    from normcore.exercises.driver import judge, plan
+    label = job["label"]
+    try:
+        the_plan = plan(job["op"], job["options"], job["hidden"], job["rules"])
+        collected = torch.load(job["out"], weights_only=True)
+        report = judge(the_plan, collected)
+    except Exception as e:  # noqa: BLE001 - what the student's process wrote is not trusted
+        return {"label": label, "status": "error",
+                "detail": f"the grader could not read what your function returned "
+                          f"({type(e).__name__}: {str(e)[:200]})"}
+    return verdict(label, report)
 
 
 def prepare(nb, manifest: dict) -> tuple[object, set[str]]:
@@ -167,7 +298,11 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
            "kernel": kernel, "stderr": stderr.decode(errors="replace")[-2000:]}
     for e in entries:
         if "label" in e:
-            out["labels"][e["label"]] = e  # "started", then the verdict
+            # written by the student's kernel, so only what a capture writes counts: a
+            # verdict such as "passed" is never taken from there (the grader judges)
+            if e.get("status") in KERNEL_STATUSES:
+                out["labels"][e["label"]] = {k: str(e.get(k, "")) for k in ("label", "status",
+                                                                           "detail")}
         elif e.get("event") == "cell":
             out["cells"][e["index"]] = e
         elif e.get("event") in ("dead kernel", "runner error"):
@@ -179,7 +314,8 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
     return out
 
 
-def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096) -> list[Row]:
+def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096,
+              hidden: bool = True, exercises_of: dict | None = None) -> list[Row]:
     """The rows of one submission."""
     try:
         nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
@@ -187,21 +323,35 @@ def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=409
         why = f"not a readable notebook: {type(e).__name__}: {str(e).splitlines()[0]}"
         return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why[:300],
                     source=str(path))]
-    rows = grade_notebook(nb, student, cell_timeout, timeout, memory)[0]
+    rows = grade_notebook(nb, student, cell_timeout, timeout, memory, hidden, exercises_of)[0]
     for row in rows:
         row.source = str(path)
     return rows
 
 
-def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096):
-    """The rows of one submission already read, and what its run recorded."""
+def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096,
+                   hidden: bool = True, exercises_of: dict | None = None):
+    """The rows of one submission already read, and what its run recorded.  ``hidden``:
+    check on the hidden test sets (:mod:`normcore.exercises.hidden`), not the notebook's.
+    ``exercises_of``: the instructor's exercises per chapter
+    (:func:`.gradebook.chapter_exercises`); a submission of one of those chapters is graded
+    on them (points, op, rules), not on the list its own metadata carries, which a student
+    can edit."""
     manifest = nb.get("metadata", {}).get("normcore", {}).get("classroom")
     if not isinstance(manifest, dict) or "exercises" not in manifest:
         why = "not a student notebook of normcore (no metadata.normcore.classroom)"
         return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why)], None
+    if exercises_of and manifest.get("source") in exercises_of:
+        manifest = {"source": manifest["source"],
+                    "exercises": exercises_of[manifest["source"]]}
     prepared, deleted = prepare(nb, manifest)
     with tempfile.TemporaryDirectory(prefix="normcore-grade-") as tmp:
         ran = run_submission(prepared, Path(tmp), cell_timeout, timeout, memory)
+        captured = [ex for ex in manifest["exercises"] if ex.get("op") and
+                    ran["labels"].get(ex["label"], {}).get("status") == "captured"]
+        if captured:
+            ran["labels"].update(judge_captured(captured, Path(tmp), cell_timeout, memory,
+                                                hidden))
     rows = [_row(student, manifest.get("source", ""), ex, prepared, ran, deleted, cell_timeout,
                  timeout) for ex in manifest["exercises"]]
     return rows, ran
@@ -275,14 +425,32 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     if label in deleted:
         row.detail = ("check cell deleted: the grader restored it" +
                       (f"; {row.detail}" if row.detail else ""))
-    row.score = points if row.status == "passed" else 0
+    score_row(row, ex, verdict)
     return row
 
 
+def score_row(row: Row, ex: dict, verdict: dict | None = None) -> None:
+    """Set ``row.score`` and ``row.credit`` from the rubric of ``ex`` (the exercise's
+    manifest entry), the row's status and mistakes, and ``verdict``'s report kind (what the
+    check recorded, which tells an ``incorrect`` row's wrong values from its wrong shape)."""
+    if not row.op:
+        return
+    rubric = ex.get("rubric") or default_rubric(row.points)
+    status = row.status
+    if status == "incorrect":   # several report kinds: the kind says if the shape was checked
+        status = (verdict or {}).get("kind") or status
+    keys = row.misconception.split("+") if row.misconception else ()
+    row.score, earned = credit(rubric, status, keys, row.op)
+    row.credit = " ".join(f"{item}:{n}" for item, n in earned.items())
+    row.feedback = {**row.feedback, "credit": [[item, rubric[item], n]
+                                               for item, n in earned.items()]}
+
+
 def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
-          progress: bool | None = None, jobs: int = 1, students: list[str] | None = None
-          ) -> list[Row]:
+          progress: bool | None = None, jobs: int = 1, students: list[str] | None = None,
+          hidden: bool = True, exercises_of: dict | None = None) -> list[Row]:
     """Grade every submission (``jobs`` at a time); the rows in the order of ``paths``.
+    ``hidden`` and ``exercises_of``: see :func:`grade_notebook`.
     ``students``: each submission's student (default: read from its path by
     :data:`.roster.DEFAULT_PATTERN`).  A progress bar on a terminal (tqdm if installed)."""
     if students is None:
@@ -304,7 +472,8 @@ def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
 
     def one(item):
         nonlocal done
-        rows = grade_one(item[0], item[1], cell_timeout, timeout, memory)
+        rows = grade_one(item[0], item[1], cell_timeout, timeout, memory, hidden,
+                         exercises_of)
         done += 1
         if bar is not None:
             bar.update(1)

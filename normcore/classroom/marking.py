@@ -7,7 +7,12 @@ Each exercise is a run of cells whose metadata carries ``"normcore": {"exercise"
 role                cell    content
 ==================  ======  =============================================================
 ``statement``       md      the ````{exercise}```` directive with ``:label: LABEL``; the
-                            metadata also carries ``"points": <int>``
+                            metadata also carries ``"points": <int>``, may carry
+                            ``"rubric": {"<property>": <int>, ...}``, how the points
+                            split (:mod:`normcore.exercises.credit`; default: all on a
+                            correct answer) and, for a coding exercise, ``"rules": [...]``,
+                            what it forbids (:mod:`normcore.exercises.rules`; the statement
+                            says it in words)
 ``solution-start``  md      ````{solution-start} LABEL```` (``:class: dropdown``), prose
 ``solution``        code    the solution; the code a student writes stands between the
                             lines ``### BEGIN SOLUTION`` and ``### END SOLUTION``
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from normcore.exercises.credit import RubricError, default_rubric, validate
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -55,6 +62,16 @@ class Exercise:
     op: str | None = None
     function: str | None = None
     options: str = ""
+    #: What the exercise forbids (:mod:`normcore.exercises.rules`), from the statement's
+    #: marking ``"rules": [...]``; the grader passes them to ``exercises.check``.
+    rules: tuple[str, ...] = ()
+    #: How the points split, as the statement's metadata gives it (``None``: not given).
+    rubric: dict | None = None
+
+    @property
+    def grading(self) -> dict:
+        """The rubric a grader applies: the given one, or all points on a correct answer."""
+        return self.rubric if self.rubric is not None else default_rubric(self.points)
 
     @property
     def coding(self) -> bool:
@@ -116,8 +133,21 @@ def read_statements(nb) -> list[Exercise]:
     alone: label, points, the statement's index, and the check's op and function, which the
     copy keeps in the statement's marking."""
     return [Exercise(m["exercise"], m.get("points", 0), statement=i, op=m.get("op"),
-                     function=m.get("function"))
+                     function=m.get("function"), rules=_rules(m, f"cell {i}"),
+                     rubric=m.get("rubric"))
             for i, m in enumerate(map(marking, nb["cells"])) if m and m.get("role") == "statement"]
+
+
+def _rules(mark: dict, where: str) -> tuple[str, ...]:
+    """The statement's ``"rules"``, checked (:func:`normcore.exercises.rules.parse_rules`)."""
+    from normcore.exercises.rules import RuleError, parse_rules
+    rules = mark.get("rules", [])
+    if not isinstance(rules, list):
+        raise MarkingError(f"{where}: 'rules' must be a list of strings, got {rules!r}")
+    try:
+        return parse_rules(rules)
+    except RuleError as e:
+        raise MarkingError(f"{where}: {e}") from None
 
 
 def exercises_in(nb, name: str = "notebook") -> list[Exercise]:
@@ -150,7 +180,8 @@ def read_exercises(nb, name: str = "notebook") -> list[Exercise]:
             points = mark.get("points")
             if not isinstance(points, int) or points < 0:
                 raise MarkingError(f"{where}: the statement needs 'points', an int >= 0")
-            ex.statement, ex.points = i, points
+            ex.statement, ex.points, ex.rubric = i, points, mark.get("rubric")
+            ex.rules = _rules(mark, where)
         elif role == "solution-start":
             if f"{{solution-start}} {label}" not in src:
                 raise MarkingError(f"{where}: expected '{{solution-start}} {label}'")
@@ -192,6 +223,11 @@ def _validate(ex: Exercise, nb, name: str) -> None:
     if order != sorted(order):
         raise MarkingError(f"{where}: cells out of order (statement, solution-start, "
                            f"solution, solution-end, check)")
+    if ex.rubric is not None:
+        try:
+            validate(ex.rubric, ex.op, ex.points)
+        except RubricError as e:
+            raise MarkingError(f"{where}: {e}") from None
     if ex.function is not None:
         defined = {f for i in ex.solutions for f in _DEF_RE.findall(source_text(nb["cells"][i]))}
         if ex.function not in defined:

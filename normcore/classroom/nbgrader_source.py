@@ -62,11 +62,14 @@ def hidden_check(entry: dict) -> str:
     (:func:`~.student.manifest`): the checker on its hidden inputs, with the exercise's
     rules (what the function must not use) when it has some."""
     rules = [json.dumps(str(r)) for r in entry.get("rules") or ()]
-    extra = f", rules=({', '.join(rules)}{',' if len(rules) == 1 else ''})" if rules else ""
-    return (f'report = exercises.check("{entry["op"]}", {entry["function"]}'
-            f'{entry.get("options") or ""}, hidden=True{extra})\n'
-            "print(report)\n"
-            "assert report.passed")
+    call = (f'report = exercises.check("{entry["op"]}", {entry["function"]}'
+            f'{entry.get("options") or ""}, hidden=True')
+    if rules:
+        listed = f"rules=({', '.join(rules)}{',' if len(rules) == 1 else ''})"
+        # one line, or the rules under the call's first argument, as the student's check
+        wrap = "\n" + " " * call.index("(") if len(call) + len(listed) + 3 > 79 else ""
+        call = f"{call},{wrap} {listed}"
+    return f"{call})\nprint(report)\nassert report.passed"
 
 
 def _nbgrader(cell) -> dict:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 
-from .record import RESULTS_ENV
+from .capture import RESULTS_ENV
 TIMEOUT_ERROR = "CellTimeout"
 
 

@@ -17,8 +17,8 @@
   (:mod:`normcore.classroom.plainmd`) when a :class:`~.plainmd.BookIndex` is given, as
   :func:`write_student` does by default: the student notebook reads in plain Jupyter,
   without the jupyterlab-myst extension.  Each exercise's statement then opens with
-  ``**Exercise 2.1** (`ex-bn-forward`, 2 points)``, its number in the book, its label and
-  its points.
+  ``**Exercise 2.1** (`ex-bn-forward`, 2 points: 1 for the set, 1 for ...)``, its number in
+  the book, its label, its points and how its rubric splits them.
 
 The output is deterministic: the same chapter gives the same bytes.
 """
@@ -29,6 +29,8 @@ import warnings
 from pathlib import Path
 
 import nbformat
+
+from normcore.exercises.credit import describe, ordered
 
 from .marking import BEGIN, END, Exercise, exercises_in, solution_regions, source_text
 from .plainmd import BookIndex, book_index, to_plain
@@ -50,6 +52,23 @@ def stub_source(source: str) -> str:
         last = end + 1
     out += lines[last:]
     return "\n".join(out)
+
+
+def with_rules(check: str, rules) -> str:
+    """The check cell ``check`` with the exercise's ``rules`` passed to ``exercises.check``,
+    so that the student's own check fails a forbidden tool as the grader does."""
+    if not rules:
+        return check
+    head, sep, rest = check.partition("\nprint(report)")
+    if not sep or not head.rstrip().endswith(")"):
+        raise ValueError(f"a check cell that does not end its call on one line: {check!r}")
+    head = head.rstrip()
+    listed = "(" + ", ".join(f'"{r}"' for r in rules) + ("," if len(rules) == 1 else "") + ")"
+    one_line = f"{head[:-1]}, rules={listed})"
+    if len(one_line) <= 79:
+        return f"{one_line}{sep}{rest}"
+    indent = " " * (head.index("(") + 1)
+    return f"{head[:-1]},\n{indent}rules={listed}){sep}{rest}"
 
 
 def nbgrader(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
@@ -76,15 +95,18 @@ def manifest(exercises: list[Exercise], source: str) -> dict:
     """What the grader needs to know of the exercises (``metadata.normcore.classroom``)."""
     return {"source": source, "exercises": [
         {"label": e.label, "points": e.points, "op": e.op, "function": e.function,
-         "options": e.options} for e in exercises]}
+         "options": e.options, "rules": list(e.rules), "rubric": ordered(e.grading, e.op)}
+        for e in exercises]}
 
 
 class MystLeftWarning(UserWarning):
     """A student notebook keeps MyST the plain-markdown rewriting does not know."""
 
 
-def _points(n: int) -> str:
-    return f", {n} point{'' if n == 1 else 's'}"
+def _points(ex: Exercise) -> str:
+    """The statement's note: ``, 2 points`` or, with a rubric, ``, 2 points: 1 for the set,
+    1 for the variance and eps``."""
+    return f", {describe(ex.grading, ex.points, ex.op)}"
 
 
 def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None = None) -> dict:
@@ -95,7 +117,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
     statements and no solution cells to fill in: make a class's notebooks from the book's
     chapters."""
     exercises = exercises_in(nb, name)
-    notes = {e.label: _points(e.points) for e in exercises}
+    notes = {e.label: _points(e) for e in exercises}
     left: list[str] = []
     role_of: dict[int, tuple[Exercise, str]] = {}
     for ex in exercises:
@@ -130,6 +152,7 @@ def student_notebook(nb: dict, name: str = "notebook", index: BookIndex | None =
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-solution{suffix}",
                                                    solution=True)
         elif role == "check":
+            new["source"] = with_rules(source_text(cell), ex.rules)
             new["metadata"]["nbgrader"] = nbgrader(f"{ex.label}-check", grade=True, locked=True,
                                                    points=ex.points)
         cells.append(new)

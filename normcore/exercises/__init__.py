@@ -132,6 +132,8 @@ module                      what it holds
 :mod:`.ws_fold`             op ``fold_ws`` (WS and BatchNorm folded for inference)
 :mod:`.group`               op ``group_norm_backward`` (the GroupNorm chapter)
 :mod:`.dyt`                 op ``dyt`` (Dynamic Tanh, the chapter without normalization)
+:mod:`.credit`              partial credit: each op's properties of a correct answer, the
+                            one each mistake breaks, rubrics and :func:`~.credit.credit`
 ==========================  =============================================================
 
 Adding an op family (a chapter's exercises)
