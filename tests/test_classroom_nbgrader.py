@@ -8,7 +8,8 @@ into a venv of their own, ``_build/nbgrader-venv``, and run nbgrader's commands:
    notebook metadata; only nbgrader's own cell metadata is added);
 2. ``nbgrader autograde`` on planted submissions of chapter 2 (reduced to its first code
    cell and its exercises, so that eight runs of it stay short) scores the coding exercises
-   as ``python -m normcore.classroom grade`` does, runs the hidden checks it put back, and
+   as ``python -m normcore.classroom grade`` does (but for partial credit, which nbgrader's
+   all-or-nothing test cells do not give), runs the hidden checks it put back, and
    leaves the derivations to manual grading; and a submission that replaces
    ``exercises.check`` in a cell of its own gets full points from nbgrader (its tests run
    in the student's kernel) and none from ``normcore.classroom grade``.
@@ -295,9 +296,10 @@ def test_autograde_scores_as_the_grader_does(nbgrader_env, tmp_path):
     # nbgrader's hidden tests ran: autograde put them back into the test cells
     autograded = (course / "autograded" / "correct" / "bn" / chapter.name).read_text()
     assert "hidden=True" in autograded, log[-2000:]
-    # the same scores on honest work (points: nbgrader's, ours)
+    # the same scores on honest work (points: nbgrader's, ours), but for partial credit:
+    # nbgrader's test cell scores all or nothing, ours a rubric's share of a known mistake
     assert table["correct"] == {"ex-bn-forward": (2, 2), "ex-bn-backward": (2, 2)}
-    assert table["mistake"] == {"ex-bn-forward": (0, 0), "ex-bn-backward": (2, 2)}
+    assert table["mistake"] == {"ex-bn-forward": (0, 1), "ex-bn-backward": (2, 2)}
     assert table["stub"] == {"ex-bn-forward": (0, 0), "ex-bn-backward": (0, 0)}
     assert ours["mistake", "ex-bn-forward"]["misconception"] == "unbiased_var"
     assert ours["stub", "ex-bn-forward"]["status"] == "not implemented"
@@ -305,7 +307,7 @@ def test_autograde_scores_as_the_grader_does(nbgrader_env, tmp_path):
     # and call the exercises.check the student replaced: full points for two stubs.
     # normcore.classroom grade checks the functions outside the student's kernel.
     assert table["cheat"] == {"ex-bn-forward": (2, 0), "ex-bn-backward": (2, 0)}
-    assert {ours["cheat", label]["status"] for label in coding}.isdisjoint({"passed"})
+    assert {ours["cheat", label]["status"] for label in coding} == {"not implemented"}
     # derivations: graded by hand in both; an answer cell handed in unchanged nbgrader
     # scores 0 itself (its checksum is the release's), ours leaves it to the grader
     for kind in kinds:
