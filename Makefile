@@ -80,6 +80,9 @@ book-nosolutions: vendor
 # 3. the browser tests of that fresh build (the site, and its accessibility), and of the
 #    book without solutions (`make book-nosolutions`).
 # pytest's exit code 5 (nothing collected) fails the target like any other non-zero code.
+# tests/test_classroom_nbgrader.py (in the first pass only) runs nbgrader itself: the first
+# time, it installs the pins of tests/nbgrader-requirements.txt from PyPI into
+# _build/nbgrader-venv (which sees .venv's packages); without PyPI then, it fails.
 #
 # nbval runs twice. Stored outputs must not depend on the machine (README, "Working on the
 # notebooks"), and a fragile one passes on the machine that stored it: so the second pass

@@ -1,9 +1,10 @@
 """The classroom: student notebooks from the chapters, and a grader that names mistakes.
 
-Two commands::
+The commands::
 
     python -m normcore.classroom student chapters/02_batch_norm.ipynb -o student/
     python -m normcore.classroom grade submissions/*.ipynb --out grades.csv
+    python -m normcore.classroom nbgrader-source chapters/02_batch_norm.ipynb -o course/source/bn
     python -m normcore.classroom grade submissions/ --out grades.csv \
         --roster students.csv --chapters chapters/02_batch_norm.ipynb
 
@@ -13,6 +14,8 @@ Two commands::
   outputs cleared, nbgrader metadata on the cells, the exercises in the notebook metadata;
   :mod:`.plainmd` rewrites its MyST markdown as plain CommonMark and math, so that it reads
   in plain Jupyter (``--myst`` keeps MyST);
+* :mod:`.nbgrader_source` writes a chapter as an nbgrader source notebook (solutions,
+  hidden checks), from which nbgrader's ``generate_assignment`` gives the student version;
 * :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
   kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
   in the student's kernel;

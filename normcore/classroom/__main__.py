@@ -1,4 +1,5 @@
-"""``python -m normcore.classroom student ...``, ``... grade ...`` and ``... merge ...``."""
+"""``python -m normcore.classroom student ...``, ``... grade ...``, ``... merge ...`` and
+``... nbgrader-source ...``."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,15 @@ def main(argv=None) -> int:
                     help="keep the chapters' MyST markdown (for JupyterLab with jupyterlab-myst "
                          "or a Jupyter Book build); by default it becomes plain markdown that "
                          "plain Jupyter renders")
+    nb = sub.add_parser("nbgrader-source",
+                        help="write each chapter as an nbgrader source notebook (solutions and "
+                             "hidden tests; generate_assignment gives the student version)")
+    nb.add_argument("chapters", nargs="+", metavar="CHAPTER.ipynb")
+    nb.add_argument("-o", "--out", required=True, metavar="DIR",
+                    help="the assignment's folder in the nbgrader course: "
+                         "COURSE/source/ASSIGNMENT")
+    nb.add_argument("--myst", action="store_true", help="keep the chapters' MyST markdown "
+                                                        "(as student --myst)")
     gr = sub.add_parser("grade", help="grade submissions; one CSV row per student and exercise")
     gr.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb",
                     help="the notebooks handed in, or one folder: every notebook under it")
@@ -93,21 +103,25 @@ def main(argv=None) -> int:
             return 1
         return 0
 
-    if args.command == "student":
+    if args.command in ("student", "nbgrader-source"):
+        from .nbgrader_source import write_source
         from .plainmd import book_index
         from .student import write_student
+        write = write_student if args.command == "student" else write_source
         indexes = {}
         for chapter in args.chapters:
             try:
                 folder = Path(chapter).parent
                 if not args.myst and folder not in indexes:
                     indexes[folder] = book_index(folder)
-                target = write_student(chapter, args.out, myst=args.myst,
-                                       index=indexes.get(folder))
+                target = write(chapter, args.out, myst=args.myst, index=indexes.get(folder))
             except (MarkingError, ValueError, OSError) as e:
                 print(f"{chapter}: {e}", file=sys.stderr)
                 return 1
             print(f"{chapter} -> {target}")
+        if write is write_source and Path(args.out).resolve().parent.name != "source":
+            print(f"note: nbgrader reads an assignment from COURSE/source/ASSIGNMENT/; "
+                  f"{args.out} is not in a folder named source", file=sys.stderr)
         return 0
 
     if args.command == "merge":
