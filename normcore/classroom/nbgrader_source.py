@@ -42,11 +42,10 @@ import copy
 import json
 from pathlib import Path
 
-import nbformat
 
 from .marking import Exercise, MarkingError, exercises_in, has_solutions, source_text
-from .plainmd import BookIndex, book_index
-from .student import dumps, student_notebook, stub_source
+from .plainmd import BookIndex
+from .student import student_notebook, stub_source, write_version
 
 HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
 HIDDEN_END = "### END HIDDEN TESTS"
@@ -133,17 +132,7 @@ def write_source(chapter: str | Path, out_dir: str | Path, *, myst: bool = False
     """Write the nbgrader source version of ``chapter`` into ``out_dir`` (an assignment's
     folder, ``course/source/<assignment>``) under the chapter's name; markdown as
     :func:`~.student.write_student` writes it."""
-    chapter, out_dir = Path(chapter), Path(out_dir)
-    nb = nbformat.reads(chapter.read_text(encoding="utf-8"), as_version=4)
-    if not myst and index is None:
-        index = book_index(chapter.parent)
-    source = source_notebook(nb, chapter.stem, None if myst else index)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / chapter.name
-    if target.resolve() == chapter.resolve():
-        raise ValueError(f"{target} is the chapter itself: choose another output directory")
-    target.write_text(dumps(source), encoding="utf-8")
-    return target
+    return write_version(chapter, out_dir, source_notebook, myst=myst, index=index)
 
 
 __all__ = ["HIDDEN_BEGIN", "HIDDEN_END", "hidden_check", "source_notebook", "write_source"]

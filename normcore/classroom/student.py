@@ -190,22 +190,30 @@ def dumps(nb) -> str:
     return nbformat.writes(nbformat.from_dict(nb))
 
 
-def write_student(chapter: str | Path, out_dir: str | Path, *, myst: bool = False,
+def write_version(chapter: str | Path, out_dir: str | Path, make, *, myst: bool = False,
                   index: BookIndex | None = None) -> Path:
-    """Write the student version of ``chapter`` into ``out_dir`` under the same name. Its
-    markdown is plain (looked up in ``index``, by default :func:`~.plainmd.book_index` of the
-    chapter's folder), or MyST as in the chapter with ``myst=True``."""
+    """Write ``make(nb, name, index)`` of ``chapter`` (a version of it: the student's, or
+    nbgrader's source) into ``out_dir`` under the chapter's name. Its markdown is plain
+    (looked up in ``index``, by default :func:`~.plainmd.book_index` of the chapter's
+    folder), or MyST as in the chapter with ``myst=True``."""
     chapter, out_dir = Path(chapter), Path(out_dir)
     nb = nbformat.reads(chapter.read_text(encoding="utf-8"), as_version=4)
     if not myst and index is None:
         index = book_index(chapter.parent)
-    student = student_notebook(nb, chapter.stem, None if myst else index)
+    version = make(nb, chapter.stem, None if myst else index)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / chapter.name
     if target.resolve() == chapter.resolve():
         raise ValueError(f"{target} is the chapter itself: choose another output directory")
-    target.write_text(dumps(student), encoding="utf-8")
+    target.write_text(dumps(version), encoding="utf-8")
     return target
+
+
+def write_student(chapter: str | Path, out_dir: str | Path, *, myst: bool = False,
+                  index: BookIndex | None = None) -> Path:
+    """Write the student version of ``chapter`` into ``out_dir`` under the same name
+    (:func:`write_version`)."""
+    return write_version(chapter, out_dir, student_notebook, myst=myst, index=index)
 
 
 __all__ = ["student_notebook", "write_student", "stub_source", "dumps", "MystLeftWarning",
