@@ -136,6 +136,21 @@ module                      what it holds
                             one each mistake breaks, rubrics and :func:`~.credit.credit`
 ==========================  =============================================================
 
+The seam
+--------
+The package has one seam: **an op** (:class:`~.ops.Op`, one subclass per op, one module per
+family of ops, registered by :func:`.ops.register`) against **the kit** every op shares
+(:mod:`.inputs`, :mod:`.variants`, :mod:`.tolerance`, :mod:`.hidden`, :mod:`.rules`,
+:mod:`.report`, :mod:`.catalogue`) and **the driver** that runs any op through its hooks
+(:mod:`.driver`).  Everything an op knows of its exercise (its sets, its reference, its
+mistakes as knobs, the words of its reports) sits in its hooks; nothing op-specific sits in
+the kit or the driver, and an op's module reaches no other op's module except to reuse a
+whole op (``backward`` subclasses nothing of ``forward``; it reads its prose table
+``NORM_WHY``).  Values an op's ``context`` hook computes for its own ``render_fields`` (the
+layout of its sets) travel in the context under keys starting with ``_``, which no catalogue
+template names.  :mod:`.credit` is grading policy on top (which property each mistake
+breaks), not part of checking.
+
 Adding an op family (a chapter's exercises)
 -------------------------------------------
 Add one module, ``normcore/exercises/<family>.py``, and its name to ``FAMILIES`` below:

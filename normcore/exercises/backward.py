@@ -19,8 +19,8 @@ from .forward import NORM_WHY
 from .inputs import SET_NAMES, Case, affine, draw, structured
 from .ops import Op, locate_sample_channel, register
 from .report import dtype_text, shape_text
-from .variants import knob_stats, role_layout, role_names, role_variants, same_set_as, \
-    spatial_names, variant
+from .variants import knob_stats, role_layout, role_names, role_variants, spatial_names, \
+    variant, wrong_axes_fields
 
 _INPUT_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
 #: The roles of the sums of dgamma and dbeta: every sample and position of the channel.
@@ -184,14 +184,8 @@ class BatchNormBackwardOp(Op):
     def render_fields(self, context, key, detail):
         if key != "wrong_axes":
             return {}
-        lay = role_layout(context["_layout"], detail["roles"])
-        other = ""
-        if lay is not None:
-            others = [n for n in ("batch", "layer", "instance") if n != self.norm]
-            match = same_set_as(lay, lay.shape, others)
-            if match is not None:
-                other = f", which is how {axes.TITLES[match]} groups the elements"
-        return {"got": role_names(detail["roles"], context["names"]), "other": other}
+        return wrong_axes_fields(context["_layout"], detail["roles"], context["names"],
+                                 self.norm)
 
     def locate(self, case, i, idx):
         return locate_sample_channel(idx) if i == 0 else f"channel {idx[0]}"

@@ -20,8 +20,8 @@ from ..functional import normalize
 from .inputs import SET_NAMES, Case, affine, draw, large_mean, structured
 from .ops import Op, register
 from .report import dtype_text, number, shape_text
-from .variants import role_layout, role_names, role_variants, same_set_as, spatial_names, \
-    variant
+from .variants import role_layout, role_names, role_variants, spatial_names, variant, \
+    wrong_axes_fields
 
 #: Why each norm's set is what it is, in words (the "wrong_axes" report; the set itself, in
 #: :func:`normcore.axes.describe`'s words, follows in the report).
@@ -280,14 +280,8 @@ class NormOp(Op):
             return {"pick": AFFINE_PICKS[detail["pick"]]}
         if key != "wrong_axes":
             return {}
-        lay = role_layout(context["_layout"], detail["roles"])
-        other = ""
-        if lay is not None:
-            others = [n for n in ("batch", "layer", "instance") if n != self.norm]
-            match = same_set_as(lay, lay.shape, others)
-            if match is not None:
-                other = f", which is how {axes.TITLES[match]} groups the elements"
-        return {"got": role_names(detail["roles"], context["names"]), "other": other}
+        return wrong_axes_fields(context["_layout"], detail["roles"], context["names"],
+                                 self.norm)
 
 
 for _op in (

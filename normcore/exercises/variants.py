@@ -157,6 +157,21 @@ def same_partition(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a[:, None] == a[None, :]) == (b[:, None] == b[None, :])).all())
 
 
+def wrong_axes_fields(base: Layout, roles, names, norm: str) -> dict:
+    """The template fields of a ``wrong_axes`` variant of the norm ``norm``: ``got`` (the
+    roles reduced over, in the op's names) and ``other`` (", which is how LayerNorm groups
+    the elements" when the wrong set is another norm's, else empty).  ``base`` is the op's
+    own layout, which its ``context`` hook keeps under ``"_layout"``."""
+    lay = role_layout(base, roles)
+    other = ""
+    if lay is not None:
+        others = [n for n in ("batch", "layer", "instance") if n != norm]
+        match = same_set_as(lay, lay.shape, others)
+        if match is not None:
+            other = f", which is how {axes.TITLES[match]} groups the elements"
+    return {"got": role_names(roles, names), "other": other}
+
+
 def same_set_as(lay: Layout, shape, norms) -> str | None:
     """The first of ``norms`` whose sets are those of ``lay`` on ``shape``, if any."""
     mine = axes.layout_labels(lay)
