@@ -583,6 +583,16 @@ CHEATS = {
                    "def torch_op(x, gamma, beta, eps):\n"
                    "    return TF.batch_norm(x, None, None, gamma, beta, training=True, "
                    "eps=eps)",
+    # fitted to the notebook's shapes: the statistics of the first four samples only, which
+    # is every sample of every set the notebook's check shows
+    "ex-fitted": "def fitted(x, gamma, beta, eps):\n"
+                 "    dims = [0, *range(2, x.dim())]\n"
+                 "    head = x[:4]\n"
+                 "    m = head.mean(dims, keepdim=True)\n"
+                 "    v = head.var(dims, keepdim=True, unbiased=False)\n"
+                 "    shape = [1, -1] + [1] * (x.dim() - 2)\n"
+                 "    return (gamma.view(shape) * (x - m) / torch.sqrt(v + eps)\n"
+                 "            + beta.view(shape))",
     # torch itself patched so that any answer is "close"
     "ex-patch-torch": "torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
                       "def patch_torch(x, gamma, beta, eps):\n"
@@ -612,6 +622,12 @@ def test_one_line_cheats_do_not_pass():
         assert by[label].status == "forbidden", by[label]
         assert rule in by[label].detail
     assert by["ex-patch-torch"].status in ("misconception", "incorrect"), by["ex-patch-torch"]
+    # the notebook's own check passes the fitted answer; the hidden sets do not
+    namespace = {"torch": __import__("torch")}
+    exec(CHEATS["ex-fitted"], namespace)
+    assert exercises.check("batch_norm", namespace["fitted"]).passed
+    assert by["ex-fitted"].status == "incorrect", by["ex-fitted"]
+    assert "H" in by["ex-fitted"].feedback["message"]   # names the hidden set
     assert sum(r.score for r in rows) == 0
 
 

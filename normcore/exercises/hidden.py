@@ -17,8 +17,9 @@ which a student could, in principle, fit.  ``check(op, fn, hidden=True)`` runs o
    * *one sample*: :math:`N = 1` (where the op allows it: BatchNorm of an :math:`(N, C)`
      input with :math:`N = 1` is refused by torch and by the reference, so that set is
      left out);
-   * *a larger batch*: :math:`2N` samples (the second half another draw), so that a
-     function written for the chapter's shapes fails.
+   * *a larger batch*: :math:`2N` samples of the regular set with the most samples (the
+     second half another draw), so that a function written for the chapter's shapes
+     fails.
 
 A hidden set whose reference is not finite or raises is left out.  The sets are named
 ``H1``, ``H2``, ... and their label says what they are, so that a report can say which one a
@@ -112,7 +113,7 @@ def hidden_cases(impl, options: dict) -> list[Case]:
             if new is not None:
                 out.append(new)
     if regular:
-        new = _twice(max(regular, key=lambda c: len(c.shape)), "", gen)
+        new = _twice(max(regular, key=lambda c: (c.shape[0], len(c.shape))), "", gen)
         if new is not None:
             out.append(new)
     kept = []
