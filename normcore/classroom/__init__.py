@@ -17,8 +17,11 @@ The commands::
 * :mod:`.nbgrader_source` writes a chapter as an nbgrader source notebook (solutions,
   hidden checks), from which nbgrader's ``generate_assignment`` gives the student version;
 * :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
-  kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
-  in the student's kernel;
+  kernel and limits on time and memory, and trusts nothing the notebook did: its check
+  cells become :mod:`.capture`, which copies each exercise's function out of the kernel;
+  :mod:`.callee` runs the copies in a fresh process on the hidden test sets, watching what
+  they call; :mod:`.judging` judges what they returned against its own references, with
+  the exercise's rules; :mod:`.record` turns a report into the grade sheet's verdict;
 * :mod:`.feedback` writes one Markdown file per student: per exercise the score, the
   diagnosis and what to change;
 * :mod:`.roster` reads the class list and each submission's student from its path;
