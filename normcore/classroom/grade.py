@@ -9,6 +9,15 @@ whole notebook (the process and its kernel are killed), and a memory limit
 (``RLIMIT_AS``).  Student code runs as the user who grades: the limits stop accidents
 (an infinite loop, a huge tensor), they are not a sandbox against a malicious student.
 
+Grading runs what the exercises need, not the chapter's training demos and figures: a cell
+marked ``"normcore": {"grading": "skip"}`` (:mod:`.skipping`) runs as one comment line,
+``# skipped when grading: <its first line>``; an exercise's cells never are.  Who decides
+what is skipped: the instructor's chapters when given (``grade(..., skip=...)``, from the
+command's ``--chapters``: the cells of the chapter with the same cell ids, whatever the
+submission's metadata says, since a student can edit it), else the submission's own marking
+(a student who deletes it only makes grading slower; one who marks more only skips what
+their exercises may need); ``skip=False`` (``--no-skip``) runs every cell.
+
 Statuses: ``passed``, ``misconception``, ``incorrect`` (wrong, no known mistake),
 ``not implemented`` (still the stub), ``error`` (the function or its cell raised),
 ``timed out`` (a time limit stopped it), ``kernel died`` (the kernel was killed, by a signal
@@ -36,6 +45,7 @@ from pathlib import Path
 import nbformat
 
 from .runner import TIMEOUT_ERROR
+from .skipping import is_skipped, skipped_source, with_skips
 
 _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
@@ -95,7 +105,14 @@ def prepare(nb, manifest: dict) -> tuple[object, set[str]]:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            _skip_when_grading(cell)
     return nb, deleted
+
+
+def _skip_when_grading(cell) -> None:
+    """A cell marked to skip becomes one comment line (never an exercise's cell)."""
+    if is_skipped(cell) and not _nbgrader_id(cell):
+        cell.source = skipped_source(cell.source)
 
 
 def _kill_group(pid: int | None) -> None:
@@ -179,27 +196,29 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
     return out
 
 
-def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096) -> list[Row]:
-    """The rows of one submission."""
+def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096,
+              skip=None) -> list[Row]:
+    """The rows of one submission (``skip``: see :func:`grade`)."""
     try:
         nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         why = f"not a readable notebook: {type(e).__name__}: {str(e).splitlines()[0]}"
         return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why[:300],
                     source=str(path))]
-    rows = grade_notebook(nb, student, cell_timeout, timeout, memory)[0]
+    rows = grade_notebook(nb, student, cell_timeout, timeout, memory, skip)[0]
     for row in rows:
         row.source = str(path)
     return rows
 
 
-def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096):
-    """The rows of one submission already read, and what its run recorded."""
+def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096, skip=None):
+    """The rows of one submission already read, and what its run recorded (``skip``: see
+    :func:`grade`)."""
     manifest = nb.get("metadata", {}).get("normcore", {}).get("classroom")
     if not isinstance(manifest, dict) or "exercises" not in manifest:
         why = "not a student notebook of normcore (no metadata.normcore.classroom)"
         return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why)], None
-    prepared, deleted = prepare(nb, manifest)
+    prepared, deleted = prepare(with_skips(nb, skip, manifest.get("source")), manifest)
     with tempfile.TemporaryDirectory(prefix="normcore-grade-") as tmp:
         ran = run_submission(prepared, Path(tmp), cell_timeout, timeout, memory)
     rows = [_row(student, manifest.get("source", ""), ex, prepared, ran, deleted, cell_timeout,
@@ -280,11 +299,15 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
 
 
 def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
-          progress: bool | None = None, jobs: int = 1, students: list[str] | None = None
-          ) -> list[Row]:
+          progress: bool | None = None, jobs: int = 1, students: list[str] | None = None,
+          skip: dict[str, set[str]] | bool | None = None) -> list[Row]:
     """Grade every submission (``jobs`` at a time); the rows in the order of ``paths``.
     ``students``: each submission's student (default: read from its path by
-    :data:`.roster.DEFAULT_PATTERN`).  A progress bar on a terminal (tqdm if installed)."""
+    :data:`.roster.DEFAULT_PATTERN`).  A progress bar on a terminal (tqdm if installed).
+    ``skip``: which cells run as a comment (see the module's docstring): ``{chapter: ids}``
+    (:func:`.skipping.chapter_skips` of the instructor's chapters) for the submissions of
+    those chapters, the submission's marking for the others; ``None``: the submission's
+    marking; ``False``: nothing skipped."""
     if students is None:
         from .roster import find_submissions
         found = find_submissions(paths)[1]
@@ -304,7 +327,7 @@ def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
 
     def one(item):
         nonlocal done
-        rows = grade_one(item[0], item[1], cell_timeout, timeout, memory)
+        rows = grade_one(item[0], item[1], cell_timeout, timeout, memory, skip)
         done += 1
         if bar is not None:
             bar.update(1)
