@@ -227,3 +227,20 @@ def test_solutions_score_full_marks_with_skipping(path, index):
     errors = {i: e for i, e in ran["cells"].items() if e["status"] == "error"}
     assert not errors, errors
     assert len(skip[path.stem]) >= 10
+
+
+def test_a_solution_reading_a_skipped_name_is_an_error_row(index):
+    """What the rule cannot see: a student's solution that calls a skipped demo's helper.
+    The row says so (the classroom page: grade that notebook again with ``--no-skip``)."""
+    path = GRADED[0]
+    chapter = read(path)
+    nb = solved(chapter, student_notebook(chapter, path.stem, index))
+    first = next(c for c in nb.cells
+                 if c.metadata.get("nbgrader", {}).get("grade_id", "").endswith("-solution"))
+    first.source = first.source.replace("### BEGIN SOLUTION\n",
+                                        "### BEGIN SOLUTION\n    linear_fit_r2\n", 1)
+    rows, _ = grade_notebook(nb, "bob", cell_timeout=120, timeout=600,
+                             skip=S.chapter_skips([path]))
+    row = next(r for r in rows if r.op)
+    assert row.status == "error" and "NameError" in row.detail, row
+    assert all(r.status == "passed" for r in rows if r.op and r is not row)

@@ -272,8 +272,9 @@ def _depends(code, k: int, name: str) -> int | None:
 
 def violations(nb, skipped: set[int] | None = None) -> list[tuple[int, int, str]]:
     """``(skipped cell, later cell, name)``, notebook indices: each later cell that is not
-    skipped (nor a derivation's solution, which the student notebook leaves out) and reads a name whose latest binding above it is in a skipped cell.  Also
-    ``(i, i, "<unparsed>")`` for a skipped cell that does not parse.  ``skipped``: the
+    skipped (nor a derivation's solution, which the student notebook leaves out) and reads
+    a name whose latest binding above it is in a skipped cell.  Also ``(i, i,
+    "<unparsed>")`` for a skipped cell that does not parse.  ``skipped``: the
     indices to take as skipped (default: the cells marked :data:`SKIP`)."""
     dropped = _exercise_cells(nb) - _roots(nb)   # derivations' solutions: not handed out
     code = [entry for entry in _code(nb) if entry[0] not in dropped]
