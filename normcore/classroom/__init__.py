@@ -27,9 +27,21 @@ Two commands::
 Student code runs as the user who grades, with the limits a single machine can enforce
 (a process per submission, time and memory limits); it is not a sandbox.
 """
+import importlib
+
 from .marking import Exercise, MarkingError, read_exercises
-from .overview import exercise_table, exercises_of
-from .student import student_notebook, write_student
+
+#: Imported when first used: the grader's check cell imports ``.record`` in every
+#: submission's kernel, and ``.student`` and ``.overview`` import nbformat (1.3 s).
+_LAZY = {"exercise_table": ".overview", "exercises_of": ".overview",
+         "student_notebook": ".student", "write_student": ".student"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Exercise", "MarkingError", "exercise_table", "exercises_of", "read_exercises",
            "student_notebook", "write_student"]
