@@ -16,6 +16,9 @@ Two commands::
 * :mod:`.grade` grades submissions, each in a child process (:mod:`.runner`) with a fresh
   kernel and limits on time and memory; :mod:`.record` is the check cell the grader runs
   in the student's kernel;
+* :mod:`.skipping` says which cells grading need not run (the chapters' training demos and
+  figures, marked ``"normcore": {"grading": "skip"}``) and checks the rule that keeps the
+  exercises' names defined (``tools/mark_grading_skips.py`` marks the chapters);
 * :mod:`.feedback` writes one Markdown file per student: per exercise the score, the
   diagnosis and what to change;
 * :mod:`.roster` reads the class list and each submission's student from its path;
