@@ -22,6 +22,9 @@ The commands::
   :mod:`.callee` runs the copies in a fresh process on the hidden test sets, watching what
   they call; :mod:`.judging` judges what they returned against its own references, with
   the exercise's rules; :mod:`.record` turns a report into the grade sheet's verdict;
+* :mod:`.skipping` says which cells grading need not run (the chapters' training demos and
+  figures, marked ``"normcore": {"grading": "skip"}``) and checks the rule that keeps the
+  exercises' names defined (``tools/mark_grading_skips.py`` marks the chapters);
 * :mod:`.feedback` writes one Markdown file per student: per exercise the score, the
   diagnosis and what to change;
 * :mod:`.roster` reads the class list and each submission's student from its path;
@@ -36,9 +39,21 @@ The commands::
 Student code runs as the user who grades, with the limits a single machine can enforce
 (a process per submission, time and memory limits); it is not a sandbox.
 """
+import importlib
+
 from .marking import Exercise, MarkingError, read_exercises
-from .overview import exercise_table, exercises_of
-from .student import student_notebook, write_student
+
+#: Imported when first used: the grader's check cell imports ``.record`` in every
+#: submission's kernel, and ``.student`` and ``.overview`` import nbformat (1.3 s).
+_LAZY = {"exercise_table": ".overview", "exercises_of": ".overview",
+         "student_notebook": ".student", "write_student": ".student"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Exercise", "MarkingError", "exercise_table", "exercises_of", "read_exercises",
            "student_notebook", "write_student"]

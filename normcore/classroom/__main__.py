@@ -45,7 +45,11 @@ def main(argv=None) -> int:
                          "their exercises are the gradebook's columns (needed by --roster), "
                          "the submissions of these chapters are graded on them (points, "
                          "rules), not on the list in the submission's metadata, and the "
-                         "book's give the answers files their model answers")
+                         "book's give the answers files their model answers; their marking "
+                         "says which cells grading skips (the training demos and figures; "
+                         "without --chapters, each submission's own marking)")
+    gr.add_argument("--no-skip", action="store_true",
+                    help="run every cell of each submission, also those marked to skip")
     gr.add_argument("--student-pattern", metavar="REGEX",
                     help="a regular expression with a group (?P<student>...), searched in "
                          "each submission's path in the submissions folder (default: the "
@@ -162,6 +166,7 @@ def _grade(args, parser) -> int:
     from .feedback import default_folder, write_feedback
     from .grade import grade, summary, write_csv
     from .roster import DEFAULT_PATTERN, find_submissions, read_roster
+    from .skipping import chapter_skips
 
     if args.roster and not args.chapters:
         parser.error("--roster needs --chapters: the chapters handed out, whose exercises "
@@ -171,6 +176,8 @@ def _grade(args, parser) -> int:
     try:   # every input is checked before a notebook runs
         roster = read_roster(args.roster) if args.roster else None
         chapters = gb.chapter_exercises(args.chapters) if args.chapters else None
+        skip = False if args.no_skip else chapter_skips(args.chapters) if args.chapters \
+            else None
         folder, found = find_submissions(args.submissions, args.student_pattern)
     except (MarkingError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -183,7 +190,7 @@ def _grade(args, parser) -> int:
         rows = grade([s.path for s in found], args.cell_timeout, args.timeout, args.memory,
                      progress=False if args.no_progress else None, jobs=args.jobs,
                      students=[s.student for s in found], hidden=not args.visible_only,
-                     exercises_of=chapters)
+                     exercises_of=chapters, skip=skip)
     except KeyboardInterrupt:
         print("grading interrupted (its processes are stopped); no grades written",
               file=sys.stderr)

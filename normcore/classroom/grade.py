@@ -9,6 +9,15 @@ whole notebook (the process and its kernel are killed), and a memory limit
 (``RLIMIT_AS``).  Student code runs as the user who grades: the limits stop accidents
 (an infinite loop, a huge tensor), they are not a sandbox against a malicious student.
 
+Grading runs what the exercises need, not the chapter's training demos and figures: a cell
+marked ``"normcore": {"grading": "skip"}`` (:mod:`.skipping`) runs as one comment line,
+``# skipped when grading: <its first line>``; an exercise's cells never are.  Who decides
+what is skipped: the instructor's chapters when given (``grade(..., skip=...)``, from the
+command's ``--chapters``: the cells of the chapter with the same cell ids, whatever the
+submission's metadata says, since a student can edit it), else the submission's own marking
+(a student who deletes it only makes grading slower; one who marks more only skips what
+their exercises may need); ``skip=False`` (``--no-skip``) runs every cell.
+
 Statuses: ``passed``, ``misconception``, ``incorrect`` (wrong, no known mistake),
 ``not implemented`` (still the stub), ``error`` (the function or its cell raised),
 ``timed out`` (a time limit stopped it), ``kernel died`` (the kernel was killed, by a signal
@@ -49,6 +58,7 @@ from normcore.exercises.credit import credit, default_rubric
 
 from .judging import _kill_group, judge_captured
 from .runner import TIMEOUT_ERROR
+from .skipping import is_skipped, skipped_source, with_skips
 
 _DEF_RE = re.compile(r"^\s*def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
@@ -120,7 +130,14 @@ def prepare(nb, manifest: dict) -> tuple[object, set[str]]:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            _skip_when_grading(cell)
     return nb, deleted
+
+
+def _skip_when_grading(cell) -> None:
+    """A cell marked to skip becomes one comment line (never an exercise's cell)."""
+    if is_skipped(cell) and not _nbgrader_id(cell):
+        cell.source = skipped_source(cell.source)
 
 
 def _read_results(path: Path) -> list[dict]:
@@ -201,28 +218,30 @@ def run_submission(nb, workdir: Path, cell_timeout: int, timeout: int, memory: i
 
 
 def grade_one(path: Path, student: str, cell_timeout=60, timeout=600, memory=4096,
-              hidden: bool = True, exercises_of: dict | None = None) -> list[Row]:
-    """The rows of one submission."""
+              hidden: bool = True, exercises_of: dict | None = None, skip=None
+              ) -> list[Row]:
+    """The rows of one submission (``skip``: see :func:`grade`)."""
     try:
         nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         why = f"not a readable notebook: {type(e).__name__}: {str(e).splitlines()[0]}"
         return [Row(student, "", "*", "", 0, 0, "unreadable", "", "", why[:300],
                     source=str(path))]
-    rows = grade_notebook(nb, student, cell_timeout, timeout, memory, hidden, exercises_of)[0]
+    rows = grade_notebook(nb, student, cell_timeout, timeout, memory, hidden, exercises_of,
+                          skip)[0]
     for row in rows:
         row.source = str(path)
     return rows
 
 
 def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096,
-                   hidden: bool = True, exercises_of: dict | None = None):
+                   hidden: bool = True, exercises_of: dict | None = None, skip=None):
     """The rows of one submission already read, and what its run recorded.  ``hidden``:
     check on the hidden test sets (:mod:`normcore.exercises.hidden`), not the notebook's.
     ``exercises_of``: the instructor's exercises per chapter
     (:func:`.gradebook.chapter_exercises`); a submission of one of those chapters is graded
     on them (points, op, rules), not on the list its own metadata carries, which a student
-    can edit."""
+    can edit.  ``skip``: see :func:`grade`."""
     manifest = nb.get("metadata", {}).get("normcore", {}).get("classroom")
     if not isinstance(manifest, dict) or "exercises" not in manifest:
         why = "not a student notebook of normcore (no metadata.normcore.classroom)"
@@ -230,7 +249,7 @@ def grade_notebook(nb, student: str, cell_timeout=60, timeout=600, memory=4096,
     if exercises_of and manifest.get("source") in exercises_of:
         manifest = {"source": manifest["source"],
                     "exercises": exercises_of[manifest["source"]]}
-    prepared, deleted = prepare(nb, manifest)
+    prepared, deleted = prepare(with_skips(nb, skip, manifest.get("source")), manifest)
     with tempfile.TemporaryDirectory(prefix="normcore-grade-") as tmp:
         ran = run_submission(prepared, Path(tmp), cell_timeout, timeout, memory)
         captured = [ex for ex in manifest["exercises"] if ex.get("op") and
@@ -347,11 +366,16 @@ def score_row(row: Row, ex: dict, verdict: dict | None = None) -> None:
 
 def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
           progress: bool | None = None, jobs: int = 1, students: list[str] | None = None,
-          hidden: bool = True, exercises_of: dict | None = None) -> list[Row]:
+          hidden: bool = True, exercises_of: dict | None = None,
+          skip: dict[str, set[str]] | bool | None = None) -> list[Row]:
     """Grade every submission (``jobs`` at a time); the rows in the order of ``paths``.
     ``hidden`` and ``exercises_of``: see :func:`grade_notebook`.
     ``students``: each submission's student (default: read from its path by
-    :data:`.roster.DEFAULT_PATTERN`).  A progress bar on a terminal (tqdm if installed)."""
+    :data:`.roster.DEFAULT_PATTERN`).  A progress bar on a terminal (tqdm if installed).
+    ``skip``: which cells run as a comment (see the module's docstring): ``{chapter: ids}``
+    (:func:`.skipping.chapter_skips` of the instructor's chapters) for the submissions of
+    those chapters, the submission's marking for the others; ``None``: the submission's
+    marking; ``False``: nothing skipped."""
     if students is None:
         from .roster import find_submissions
         found = find_submissions(paths)[1]
@@ -372,7 +396,7 @@ def grade(paths, cell_timeout: int = 60, timeout: int = 600, memory: int = 4096,
     def one(item):
         nonlocal done
         rows = grade_one(item[0], item[1], cell_timeout, timeout, memory, hidden,
-                         exercises_of)
+                         exercises_of, skip)
         done += 1
         if bar is not None:
             bar.update(1)

@@ -3,9 +3,10 @@
 :mod:`normcore.classroom.grade` starts this module as a child process per submission.  It
 sets the memory limit (``RLIMIT_AS``, inherited by the kernel), starts a fresh kernel with
 nbclient and executes the prepared notebook with a time limit per cell (a cell over the
-limit is interrupted and the next one runs).  Each executed cell and the kernel's pid are
-appended to the results file as they happen, so the grader knows how far a notebook got
-even when it has to kill it at the notebook's time limit.
+limit is interrupted and the next one runs), matplotlib's backend set to ``Agg`` in the
+kernel's environment.  Each executed cell and the kernel's pid are appended to the results
+file as they happen, so the grader knows how far a notebook got even when it has to kill it
+at the notebook's time limit.
 
 A kernel that dies (killed by a signal: ``os.kill(os.getpid(), 9)``, the system's
 out-of-memory killer; or ended: ``os._exit(3)``) stops the notebook: the runner records a
@@ -60,6 +61,9 @@ def run(notebook: str, results: str, cell_timeout: int, memory: int) -> int:
 
     limit_memory(memory)
     os.environ[RESULTS_ENV] = results
+    # the kernel inherits it: pyplot under the kernel's inline backend took up to 10 s to
+    # import (benchmarks/grading.py --startup); a figure cell still shows with %matplotlib
+    os.environ["MPLBACKEND"] = "Agg"
     nb = nbformat.read(notebook, as_version=4)
 
     class Client(NotebookClient):

@@ -12,6 +12,8 @@
   and its statement a line saying so;
 * the ``{solution-start}``/``{solution-end}`` cells and the solution's prose are dropped;
 * every stored output is cleared; the check cells are kept and locked;
+* the exercise marking is dropped from the cells' metadata, and the mark of a cell grading
+  may skip (``"normcore": {"grading": "skip"}``, :mod:`.skipping`) kept;
 * cells carry nbgrader's metadata (``schema_version`` 3, ``grade``, ``solution``,
   ``locked``, ``grade_id``, ``points``), and the notebook's metadata the list of exercises
   (``metadata.normcore.classroom``) that :mod:`normcore.classroom.grade` reads.
@@ -37,6 +39,7 @@ from normcore.exercises.credit import describe, ordered
 
 from .marking import BEGIN, END, Exercise, exercises_in, solution_regions, source_text
 from .plainmd import BookIndex, book_index, to_plain
+from .skipping import SKIP, is_skipped
 
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 ANSWER = "YOUR ANSWER HERE"
@@ -86,7 +89,10 @@ def nbgrader(grade_id: str, *, solution=False, grade=False, locked=False, points
 def _clean(cell) -> dict:
     cell = copy.deepcopy(cell)
     meta = cell.setdefault("metadata", {})
-    meta.pop("normcore", None)
+    if is_skipped(cell):   # the grader reads it (.skipping); the exercise marking goes
+        meta["normcore"] = dict(SKIP)
+    else:
+        meta.pop("normcore", None)
     meta.pop("execution", None)
     if cell["cell_type"] == "code":
         cell["outputs"] = []
