@@ -704,7 +704,7 @@ def test_no_cell_outside_the_exercises_uses_a_solution(path):
 # `ratio` (2 * matching tokens / all tokens of both) is 1 for a copy; the near-copies issue 21
 # found scored 0.65 (the running update, three of its five statements the solution's) to
 # 0.95 (BatchNorm with `x.var`'s unbiased default); the demos that replaced them, each the
-# mistake built from a library call with a knob turned, score 0.21 to 0.46.  (Two of the
+# mistake built from a library call with a knob turned, score 0.16 to 0.46.  (Two of the
 # book's solutions of one op, written in different ways, score 0.39 to 0.62.)  A demo is
 # compared with every solution of its op in the book (any of them passes the demo's
 # checker), and a function with exactly a solution's parameters with that solution.
@@ -794,18 +794,7 @@ def near_copies(path, solutions) -> list[tuple]:
     return near
 
 
-#: Chapters whose demos are still near copies, to be rewritten as those of chapters 2, 3, 4
-#: and 6 were (strict: the mark must go when they are).
-NEAR_COPIES_LEFT = {
-    "05_instance_norm": "instance_norm_per_sample is my_instance_norm reducing from dim 1 "
-                        "(0.79 to chapter 1's, 0.63 to chapter 5's)",
-    "07_weight_standardization": "ws_dim0 is my_ws reducing over dim 0 (0.67)",
-}
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=NEAR_COPIES_LEFT[p.stem]))
-    if p.stem in NEAR_COPIES_LEFT else p for p in CHAPTERS], ids=[p.stem for p in CHAPTERS])
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_no_demo_outside_the_exercises_is_a_solution_with_a_token_changed(path):
     near = near_copies(path, book_solutions())
     assert not near, near
