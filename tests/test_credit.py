@@ -161,7 +161,7 @@ def test_credit_refuses_what_it_cannot_score():
 
 
 def _verdict(label: str, report) -> dict:
-    """What the grader records for ``report`` (:func:`normcore.classroom.record.record`)."""
+    """What the grader records for ``report`` (:func:`normcore.classroom.record.verdict`)."""
     return {"label": label, "status": STATUS[report.kind], "kind": report.kind,
             "misconception": report.misconception,
             "misconceptions": list(report.misconceptions),

@@ -2,8 +2,9 @@
 
 :func:`grade` never writes to a submission.  For each one it builds a prepared copy in a
 temporary directory, in which every check cell is the grader's own (a call of
-:func:`normcore.classroom.record.record`; a deleted check cell is restored at the end),
-and runs it with :mod:`normcore.classroom.runner` in a child process: a fresh kernel, a
+:func:`normcore.classroom.capture.capture`, which hands the exercise's function to the grader;
+a deleted check cell is restored at the end; :mod:`.judging` then checks the functions in a
+process of its own), and runs it with :mod:`normcore.classroom.runner` in a child process: a fresh kernel, a
 time limit per cell (the cell is interrupted, the next one runs), a time limit for the
 whole notebook (the process and its kernel are killed), and a memory limit
 (``RLIMIT_AS``).  Student code runs as the user who grades: the limits stop accidents
@@ -283,7 +284,7 @@ def _cell_errors(nb, ran, label) -> list[dict]:
             and ran["cells"].get(i, {}).get("status") == "error"]
 
 
-def _death(nb, died: dict, status) -> str:
+def _death(nb, died: dict) -> str:
     """The detail of a ``kernel died`` row: how the kernel ended, and where."""
     if "signal" in died:
         how = f"the kernel died (killed by signal {died['signal']}, {died['signal_name']})"
@@ -291,8 +292,6 @@ def _death(nb, died: dict, status) -> str:
         how = f"the kernel died (it exited with code {died['exit_code']})"
     else:
         how = "the kernel died"
-    if status == "started":
-        return f"{how} while the exercise's check ran your function"
     cell = died.get("cell")
     grade_id = _nbgrader_id(nb.cells[cell]) if cell is not None and cell < len(nb.cells) else ""
     owner = re.match(r"(.+)-(solution|check)(-\d+)?$", grade_id)
@@ -309,12 +308,10 @@ def _row(student, chapter, ex, nb, ran, deleted, cell_timeout, timeout) -> Row:
     verdict = ran["labels"].get(label)
     errors = _cell_errors(nb, ran, label)
     status = verdict["status"] if verdict else None
-    if status in ("started", None) and ran.get("died") and not ran["timed_out"]:
-        row.status, row.detail = "kernel died", _death(nb, ran["died"], status)
-    elif status == "started" or (status is None and ran["timed_out"]):
-        row.status = "timed out"
-        row.detail = (f"the notebook ran longer than {timeout} s" if ran["timed_out"] else
-                      f"the check ran longer than {cell_timeout} s")
+    if status is None and ran.get("died") and not ran["timed_out"]:
+        row.status, row.detail = "kernel died", _death(nb, ran["died"])
+    elif status is None and ran["timed_out"]:
+        row.status, row.detail = "timed out", f"the notebook ran longer than {timeout} s"
     elif status is None:
         row.status, row.detail = "error", f"the exercise was not graded: {ran['dead']}"
     elif status == "missing function" and errors:
