@@ -190,3 +190,8 @@ def test_no_eps_is_caught_by_the_constant_set():
             + beta.view(shape)
     report = check("batch_norm", no_eps_guard, hidden=True)
     assert not report.passed
+
+
+def test_every_rule_says_what_to_change():
+    from normcore.exercises.rules import FIXES, RULES
+    assert set(FIXES) == set(RULES) | {"once"}

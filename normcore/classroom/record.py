@@ -6,8 +6,6 @@ misconception keys, and the text of the student's feedback file.
 """
 from __future__ import annotations
 
-from .capture import RESULTS_ENV  # noqa: F401  (the runner sets it for the kernel)
-
 #: :attr:`normcore.exercises.Report.kind` -> the status a grade sheet shows.
 STATUS = {"pass": "passed", "misconception": "misconception", "not_implemented":
           "not implemented", "exception": "error", "unknown": "incorrect", "type": "incorrect",

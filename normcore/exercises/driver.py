@@ -14,7 +14,7 @@ from .inputs import Case
 from .ops import Op, get_op
 from .report import Report, dtype_text, failed, number, shape_text, type_name, wrap
 from .tolerance import prepare
-from .rules import Calls, describe, parse_rules, violations, watch
+from .rules import Calls, describe, fix, parse_rules, violations, watch
 from .variants import Variant, all_close, close, tolerance_of
 
 
@@ -375,21 +375,7 @@ def _report_rules(impl: Op, the_plan: Plan, cases, results, probe) -> Report | N
     lines = ["Your function uses what this exercise forbids."]
     for rule, what in found:
         lines.append(f"Rule: {describe(rule)} [{rule}]. Seen: {what}.")
-    lines.append("What to change: " + _RULE_FIX.get(found[0][0].split(":")[0], "") )
+    lines.append("What to change: " + fix(found[0][0]))
     return Report(impl.name, False, "forbidden", None, "\n".join(wrap(p) for p in lines),
                   None, (), None, (), tuple(rule for rule, _ in found))
 
-
-_RULE_FIX = {
-    "no-autograd": "compute the gradients from the formula, with tensor operations; no "
-                   "backward() and no torch.autograd.",
-    "no-torch-norms": "compute the statistics yourself (mean, var, sqrt) instead of calling "
-                      "torch's normalization op.",
-    "no-normcore": "write the computation yourself; normcore's functions are the answer, "
-                   "not a tool for this exercise.",
-    "no-group-reshape": "follow the statement: take each group's channels by slicing, one "
-                        "group at a time, instead of reshaping to (N, G, ...).",
-    "no-sample-loop": "work on the whole batch at once (reduce over dims with mean/var); "
-                      "no Python loop over the samples.",
-    "once": "call the named function exactly once, on the whole batch.",
-}

@@ -60,6 +60,21 @@ RULES = {
     "no-sample-loop": "a loop over the samples (the work must not grow call by call with N)",
 }
 
+#: rule -> what to change, in a report's words (``once:NAME`` rules share one entry).
+FIXES = {
+    "no-autograd": "compute the gradients from the formula, with tensor operations; no "
+                   "backward() and no torch.autograd.",
+    "no-torch-norms": "compute the statistics yourself (mean, var, sqrt) instead of calling "
+                      "torch's normalization op.",
+    "no-normcore": "write the computation yourself; normcore's functions are the answer, "
+                   "not a tool for this exercise.",
+    "no-group-reshape": "follow the statement: take each group's channels by slicing, one "
+                        "group at a time, instead of reshaping to (N, G, ...).",
+    "no-sample-loop": "work on the whole batch at once (reduce over dims with mean/var); "
+                      "no Python loop over the samples.",
+    "once": "call the named function exactly once, on the whole batch.",
+}
+
 AUTOGRAD = ("torch.Tensor.backward", "torch.autograd.grad", "torch.autograd.backward",
             "torch.autograd.functional.", "torch.func.", "torch._functorch.")
 _NORMS = ("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm",
@@ -316,4 +331,9 @@ def describe(rule: str) -> str:
     return RULES[rule]
 
 
-__all__ = ["RULES", "RuleError", "Calls", "parse_rules", "watch", "violations", "describe"]
+def fix(rule: str) -> str:
+    """What to change when ``rule`` is broken."""
+    return FIXES["once" if rule.startswith("once:") else rule]
+
+
+__all__ = ["RULES", "FIXES", "fix", "RuleError", "Calls", "parse_rules", "watch", "violations", "describe"]
