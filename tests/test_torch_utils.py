@@ -248,6 +248,17 @@ def test_fuse_modules_folds_a_normcore_bn_into_the_conv_in_eval(relu):
     _close(fused(x), expected)
 
 
+def test_fuse_modules_fuses_a_normcore_bn_with_relu():
+    model = _conv_bn(relu=True)
+    x = torch.randn(2, 4, 4, 4)
+    expected = model[2](model[1](x))
+    weight = model[1].weight
+    fused = torch.ao.quantization.fuse_modules(model, [["1", "2"]], inplace=True)
+    assert type(fused[1]) is torch.ao.nn.intrinsic.BNReLU2d    # it checks for torch's BN type
+    assert fused[1][0].weight is weight                          # ...sharing normcore's tensors
+    _close(fused[1](x), expected)
+
+
 def test_fuse_conv_bn_eval_reads_a_normcore_bn():
     model = _conv_bn(relu=False)
     x = torch.randn(2, 3, 6, 6)
@@ -303,6 +314,7 @@ def test_state_dicts_move_both_ways(ours, theirs, args, shape):
 # --- from_torch / to_torch ---------------------------------------------------------------
 @pytest.mark.parametrize("make, x, count", [
     (resnet_like, (4, 3, 6, 6), 6), (ViTLike, (2, 3, 8, 8), 4)])
+@pytest.mark.filterwarnings("error")    # every twin reaches normcore's math: no warning
 def test_from_torch_and_back_keeps_outputs_grads_and_state(make, x, count):
     x = torch.randn(x, generator=torch.Generator().manual_seed(0))
     model = make().train()
@@ -343,6 +355,19 @@ def test_twins_run_normcores_math_in_the_users_forward(monkeypatch):
     calls = _counting(monkeypatch, TF.layer_norm)
     TF.layer_norm(x, (3,))          # outside a twin's forward, torch's function is torch's
     assert calls == []
+
+
+def test_a_subclass_that_overrides_a_helper_keeps_it():
+    class AnyDimBatchNorm(tnn.BatchNorm2d):       # takes (N, C, L) too
+        def _check_input_dim(self, input):
+            pass
+
+    x = torch.randn(4, 3, 5)
+    layer = AnyDimBatchNorm(3)
+    expected = layer(x)
+    nn.from_torch(layer)
+    assert isinstance(layer, nn.BatchNorm2d)
+    _close(layer(x), expected)
 
 
 def test_an_optimizer_built_before_the_swap_still_trains_the_model():
