@@ -410,6 +410,15 @@ def test_unknown_norms_are_left_alone_and_named():
     assert [s[0] for s in swap.swapped] == ["0"]
 
 
+def test_from_torch_does_not_list_normcores_own_modules():
+    from normcore.experiments.minibatch import GhostBatchNorm1d
+    model = tnn.Sequential(nn.BatchNorm1d(4), nn.DyT(4), GhostBatchNorm1d(4, group=2, batch=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, swap = nn.from_torch(model, report=True)
+    assert swap == ([], [])
+
+
 def test_to_torch_names_normcore_layers_without_a_torch_twin():
     model = tnn.Sequential(nn.WSConv2d(3, 4, 3), nn.BatchNorm2d(4))
     with pytest.warns(UserWarning, match=r"0 \(WSConv2d\)"):

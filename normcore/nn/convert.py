@@ -223,8 +223,8 @@ def from_torch(model: Module, *, report: bool = False):
         if _is_normcore(cls):
             continue
         torch_cls = _torch_base(cls)
-        if torch_cls is None:
-            if "Norm" in cls.__name__:
+        if torch_cls is None:   # normcore's own (GhostBatchNorm1d, say) are not torch's to swap
+            if "Norm" in cls.__name__ and not cls.__module__.startswith("normcore"):
                 skipped.append((path, cls))
             continue
         _check_normcore_accepts(path, m)
