@@ -447,6 +447,17 @@ def test_bad_input_gets_a_clear_error():
     assert type(model[0]) is tnn.BatchNorm2d     # nothing was swapped
 
 
+@pytest.mark.parametrize("fn", [nn.from_torch, nn.to_torch])
+def test_the_docstring_examples_run(fn):
+    import doctest
+
+    import normcore
+    runner = doctest.DocTestRunner()
+    for test in doctest.DocTestFinder().find(fn, globs={"nn": tnn, "normcore": normcore}):
+        runner.run(test)
+    assert runner.tries >= 3 and runner.failures == 0
+
+
 def test_from_torch_and_to_torch_are_public():
     assert {"from_torch", "to_torch"} <= set(nn.__all__)
     with warnings.catch_warnings():

@@ -118,7 +118,8 @@ def _twin_forward(self, *args, **kwargs):
     if args and (leaf := traced_as_leaf(self, args[0])) is not None:
         return leaf
     user = type(self)._normcore_twin_of
-    with NormcoreFunctions() as mode:
+    mode = NormcoreFunctions()
+    with mode:
         token = _MODE.set(mode)
         try:
             out = user.forward(self, *args, **kwargs)
@@ -211,10 +212,10 @@ def from_torch(model: Module, *, report: bool = False):
 
     Example::
 
-        >>> model = torchvision.models.resnet18()
-        >>> normcore.nn.from_torch(model)
-        >>> isinstance(model.bn1, normcore.nn.BatchNorm2d)
-        True
+        >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.LayerNorm(6))
+        >>> model = normcore.nn.from_torch(model)
+        >>> type(model[1]).__module__, isinstance(model[1], nn.BatchNorm2d)
+        ('normcore.nn', True)
     """
     _check_module(model, "from_torch")
     plan, skipped = [], []
@@ -259,9 +260,9 @@ def to_torch(model: Module, *, report: bool = False):
     Example::
 
         >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), normcore.nn.BatchNorm2d(8))
-        >>> normcore.nn.to_torch(model)
-        >>> type(model[1])
-        <class 'torch.nn.modules.batchnorm.BatchNorm2d'>
+        >>> model, swap = normcore.nn.to_torch(model, report=True)
+        >>> type(model[1]), len(swap.swapped)
+        (<class 'torch.nn.modules.batchnorm.BatchNorm2d'>, 1)
     """
     _check_module(model, "to_torch")
     plan, skipped = [], []
