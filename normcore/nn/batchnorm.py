@@ -169,6 +169,10 @@ class SyncBatchNorm(_BatchNorm, torch_bn.SyncBatchNorm):
         built before the conversion still holds the right parameters, and ``requires_grad``
         carries over), and the training flag.  A BatchNorm passed directly is returned as a
         new module; otherwise ``module`` is changed in place and returned.
+
+        ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` converts normcore's BatchNorms too
+        (they are torch's ``_BatchNorm``), but into torch's ``SyncBatchNorm`` (its code names
+        that class), which refuses CPU tensors in training under a process group.
         """
         out = module
         if isinstance(module, torch_bn._BatchNorm):
