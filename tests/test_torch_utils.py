@@ -388,6 +388,30 @@ def test_the_swap_keeps_mode_dtype_and_requires_grad():
     assert model[0].running_mean.dtype == torch.float64 and not model[1].weight.requires_grad
 
 
+def test_a_parametrized_layer_keeps_its_parametrization():
+    from torch.nn.utils import parametrize
+
+    class Positive(tnn.Module):
+        def forward(self, w):
+            return w.exp()
+
+    model = tnn.Sequential(tnn.LayerNorm(4), BatchNormAct2d(3))
+    parametrize.register_parametrization(model[0], "weight", Positive())
+    parametrize.register_parametrization(model[1], "weight", Positive())
+    x = torch.randn(2, 3, 4, 4)
+    expected = (model[0](x), model[1](x))
+    nn.from_torch(model)
+    assert parametrize.type_before_parametrizations(model[0]) is nn.LayerNorm
+    assert isinstance(model[1], BatchNormAct2d) and isinstance(model[1], nn.BatchNorm2d)
+    _close(model[0](x), expected[0])
+    _close(model[1](x), expected[1])
+    nn.to_torch(model)
+    assert parametrize.type_before_parametrizations(model[0]) is tnn.LayerNorm
+    assert parametrize.type_before_parametrizations(model[1]) is BatchNormAct2d
+    parametrize.remove_parametrizations(model[0], "weight")
+    assert type(model[0]) is tnn.LayerNorm
+
+
 def test_a_single_layer_is_swapped_in_place():
     bn = tnn.BatchNorm2d(4)
     assert nn.from_torch(bn) is bn and type(bn) is nn.BatchNorm2d

@@ -17,7 +17,9 @@ a ``TorchFunctionMode`` that hands the calls to ``torch.nn.functional.batch_norm
 ``instance_norm`` / ``layer_norm`` / ``group_norm`` / ``rms_norm`` to normcore's functions
 of the same signature, so the permutes, drops and activations are the user's and the
 normalization is normcore's.  A forward that calls none of them (a fused kernel, say) is
-reported by a warning on its first call: its output is still torch's math.
+reported by a warning on its first call: its output is still torch's math.  A layer with a
+``torch.nn.utils.parametrize`` parametrization (whose class is ``Parametrized<class>``) gets
+``Parametrized<new class>``, so the parametrization stays and can still be removed.
 
 Layers normcore has no twin for are left as they are and listed, both in a warning (a silent
 skip is how a model ends up half converted) and in the report that ``report=True`` returns:
