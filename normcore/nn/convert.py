@@ -36,6 +36,7 @@ from typing import NamedTuple
 import torch
 from torch.nn import Module
 from torch.nn import functional as TF
+from torch.nn.utils import parametrize
 from torch.overrides import TorchFunctionMode
 
 from .. import _checks as checks
@@ -161,6 +162,29 @@ def twin_class(user: type) -> type:
     return twin
 
 
+_REPARAMETRIZED: dict[tuple[type, type], type] = {}
+
+
+def _base_class(m: Module) -> type:
+    """The layer's class before ``torch.nn.utils.parametrize`` (which gives a parametrized
+    layer a class of its own, ``Parametrized<class>``, whose one base is the layer's)."""
+    return type(m).__bases__[0] if parametrize.is_parametrized(m) else type(m)
+
+
+def _with_base(m: Module, new: type) -> type:
+    """``new`` for a plain layer; for a parametrized one, the ``Parametrized<new>`` class
+    with the same parametrization properties (so ``remove_parametrizations`` and
+    ``type_before_parametrizations`` find ``new``)."""
+    cls = type(m)
+    if not parametrize.is_parametrized(m):
+        return new
+    key = (cls, new)
+    if key not in _REPARAMETRIZED:
+        namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        _REPARAMETRIZED[key] = type(f"Parametrized{new.__name__}", (new,), namespace)
+    return _REPARAMETRIZED[key]
+
+
 def _check_normcore_accepts(path: str, m: Module) -> None:
     """normcore's constructor checks, on a torch layer's settings (normcore is stricter)."""
     name = f"layer {path or '<model>'} ({type(m).__name__})"
@@ -222,7 +246,7 @@ def from_torch(model: Module, *, report: bool = False):
     _check_module(model, "from_torch")
     plan, skipped = [], []
     for path, m in model.named_modules():
-        cls = type(m)
+        cls = _base_class(m)
         if _is_normcore(cls):
             continue
         torch_cls = _torch_base(cls)
@@ -231,7 +255,8 @@ def from_torch(model: Module, *, report: bool = False):
                 skipped.append((path, cls))
             continue
         _check_normcore_accepts(path, m)
-        plan.append((path, m, TORCH_TO_NORMCORE[cls] if cls is torch_cls else twin_class(cls)))
+        new = TORCH_TO_NORMCORE[cls] if cls is torch_cls else twin_class(cls)
+        plan.append((path, m, _with_base(m, new)))
     swapped = _apply(plan)
     _warn_skipped("from_torch", skipped, "they do not subclass a torch.nn norm, so normcore "
                   "has no twin for them")
@@ -269,11 +294,11 @@ def to_torch(model: Module, *, report: bool = False):
     _check_module(model, "to_torch")
     plan, skipped = [], []
     for path, m in model.named_modules():
-        cls = type(m)
+        cls = _base_class(m)
         if cls in NORMCORE_TO_TORCH:
-            plan.append((path, m, NORMCORE_TO_TORCH[cls]))
+            plan.append((path, m, _with_base(m, NORMCORE_TO_TORCH[cls])))
         elif "_normcore_twin_of" in cls.__dict__:
-            plan.append((path, m, cls._normcore_twin_of))
+            plan.append((path, m, _with_base(m, cls._normcore_twin_of)))
         elif cls.__module__ == "normcore.nn" or _is_normcore(cls):
             skipped.append((path, cls))
     swapped = _apply(plan)
