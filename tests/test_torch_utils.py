@@ -259,6 +259,14 @@ def test_fuse_modules_fuses_a_normcore_bn_with_relu():
     _close(fused[1](x), expected)
 
 
+def test_qat_fusion_holds_a_torch_bn_sharing_normcores_tensors():
+    model = _conv_bn(relu=False).train()
+    weight = model[1].weight
+    fused = torch.ao.quantization.fuse_modules_qat(model, [["0", "1"]], inplace=True)
+    assert type(fused[0]) is torch.ao.nn.intrinsic.ConvBn2d
+    assert type(fused[0][1]) is tnn.BatchNorm2d and fused[0][1].weight is weight
+
+
 def test_fuse_conv_bn_eval_reads_a_normcore_bn():
     model = _conv_bn(relu=False)
     x = torch.randn(2, 3, 6, 6)
