@@ -16,18 +16,30 @@ One module per family, as in ``torch.nn.modules``: :mod:`~normcore.nn.batchnorm`
 (WSConv1d/2d/3d, ScaledStdConv2d, convert_to_ws), and :mod:`~normcore.nn.dyt` (DyT, the
 element-wise stand-in for LayerNorm of Zhu et al. 2025, and convert_ln_to_dyt; its
 parameter names are those of the paper's code, as torch.nn has no DyT).
+
+Each norm module subclasses the torch class it replaces (``normcore.nn.BatchNorm2d`` is a
+``torch.nn.BatchNorm2d``), so torch's utilities treat it as theirs: ``isinstance`` checks,
+``convert_sync_batchnorm``, ``fuse_conv_bn_eval``, ``torch.ao.quantization.fuse_modules``
+(normcore's BN patterns are added to torch's table, see :mod:`~normcore.nn._fuse`), and
+``torch.fx`` (a ``call_module`` leaf, see :mod:`~normcore.nn._fx`).
+:func:`~normcore.nn.convert.from_torch` / :func:`~normcore.nn.convert.to_torch` swap a
+model's norm layers in place, in either direction.
 """
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
+from . import _fuse
 from .conv import ScaledStdConv2d, WSConv1d, WSConv2d, WSConv3d, convert_to_ws
 from .dyt import DyT, convert_ln_to_dyt
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .normalization import GroupNorm, LayerNorm, RMSNorm
+from . import convert
+from .convert import from_torch, to_torch
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "InstanceNorm1d",
     "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
     "ScaledStdConv2d", "WSConv1d", "WSConv3d", "convert_to_ws", "DyT", "convert_ln_to_dyt",
+    "from_torch", "to_torch",
 ]
 
 # the public classes answer to the public name (as in reprs, errors and pickles)
@@ -36,3 +48,6 @@ for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, Ins
              WSConv1d, WSConv3d, DyT):
     _cls.__module__ = __name__
 del _cls
+
+# eager-mode fusion (torch.ao.quantization.fuse_modules) finds normcore's BatchNorms too
+_fuse.register_fusions(convert.NORMCORE_TO_TORCH)
