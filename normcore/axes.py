@@ -109,7 +109,7 @@ class Layout:
     @property
     def set_size(self) -> int:
         """:math:`|S_i|`, the number of elements that share one mean and variance."""
-        return math.prod(self.view_shape[d] for d in self.reduce_dims)
+        return math.prod([self.view_shape[d] for d in self.reduce_dims])  # a list: dynamo traces no generator here
 
     @property
     def num_sets(self) -> int:
