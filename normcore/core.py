@@ -33,6 +33,14 @@ from .axes import Layout
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def writes_in_place() -> bool:
+    """False under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``): there the fast
+    paths' ``out=`` and in-place writes into fresh plain tensors would receive batched or
+    wrapped values, so the autograd Functions compute out of place.  (``torch.compile`` and
+    ``torch.export`` trace the in-place code as it is.)"""
+    return not torch._C._are_functorch_transforms_active()
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half-precision inputs, the input's own dtype otherwise."""
     return torch.float32 if dtype in LOW_PRECISION else dtype
@@ -171,6 +179,13 @@ def apply_affine(centered: torch.Tensor, inv_std, lay: Layout, weight, bias,
     return y
 
 
+def affine_out_of_place(xhat: torch.Tensor, lay: Layout, weight, bias) -> torch.Tensor:
+    """Step (5), ``gamma x_hat + beta`` on the view, in fresh tensors only (for
+    ``torch.func``, where :func:`apply_affine`'s in-place add could not take a batched beta)."""
+    y = xhat if weight is None else xhat * weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+    return y if bias is None else y + bias.to(xhat.dtype).reshape(lay.affine_view_shape)
+
+
 def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
                       mean=None, var=None, correction: int = 0,
                       eps_mode: str = "inside") -> Normalized:
@@ -194,7 +209,7 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     # one full-size allocation fewer (they cost page faults on CPU), the same arithmetic.
     recording = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
-    reuse = not recording and centered is not xv
+    reuse = not recording and centered is not xv and writes_in_place()
     y = apply_affine(centered, inv_std, lay, weight, bias, out=centered if reuse else None)  # (4)-(5)
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
 
@@ -215,5 +230,6 @@ def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
     xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
     mean, var, centered = moments(xv, lay, correction)
     inv_std = inverse_std(var, eps, eps_mode)
-    xhat = torch.mul(centered, inv_std, out=None if centered is xv else centered)
+    reuse = centered is not xv and writes_in_place()
+    xhat = torch.mul(centered, inv_std, out=centered if reuse else None)
     return Standardized(xhat, mean, var, inv_std)
