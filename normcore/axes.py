@@ -169,7 +169,9 @@ def _as_shape(shape) -> tuple[int, ...]:
         return tuple(shape.shape)
     if isinstance(shape, numbers.Integral):
         return (int(shape),)
-    return tuple(int(s) for s in shape)
+    # a size that torch.export / torch.compile keeps symbolic (SymInt), or that
+    # torch.jit.trace records (a Tensor), stays as it is: int() would bake in its value
+    return tuple(s if isinstance(s, (torch.SymInt, torch.Tensor)) else int(s) for s in shape)
 
 
 # ---------------------------------------------------------------------------------------

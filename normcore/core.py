@@ -34,11 +34,14 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def writes_in_place() -> bool:
-    """False under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``): there the fast
-    paths' ``out=`` and in-place writes into fresh plain tensors would receive batched or
-    wrapped values, so the autograd Functions compute out of place.  (``torch.compile`` and
-    ``torch.export`` trace the in-place code as it is.)"""
-    return not torch._C._are_functorch_transforms_active()
+    """Whether the fast paths may write into fresh tensors (``out=``, in place).
+
+    Not under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``), where those
+    tensors would receive batched or wrapped values, nor under ``torch.export``, whose graph
+    keeps the forward's ``out=`` ops (which autograd refuses when the exported module is run
+    with parameters that require grad).  ``torch.compile`` functionalizes them: it keeps the
+    in-place code, as eager does."""
+    return not (torch._C._are_functorch_transforms_active() or torch.compiler.is_exporting())
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -47,7 +47,10 @@ __all__ = [
 
 
 def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    # Not while torch.jit.trace records: it would record a Function as one opaque call with
+    # the layout (the input's sizes) as constants; the formula's ops keep the sizes traced
+    return (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and any(t is not None and t.requires_grad for t in tensors))
 
 
 def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
