@@ -27,6 +27,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .axes import Layout
 
@@ -37,11 +38,12 @@ def writes_in_place() -> bool:
     """Whether the fast paths may write into fresh tensors (``out=``, in place).
 
     Not under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``), where those
-    tensors would receive batched or wrapped values, nor under ``torch.export``, whose graph
-    keeps the forward's ``out=`` ops (which autograd refuses when the exported module is run
-    with parameters that require grad).  ``torch.compile`` functionalizes them: it keeps the
-    in-place code, as eager does."""
-    return not (torch._C._are_functorch_transforms_active() or torch.compiler.is_exporting())
+    tensors would receive batched or wrapped values, nor while ``torch.export`` or
+    ``torch.jit.trace`` records a graph: it keeps the ``out=`` ops, which autograd refuses
+    when the graph is run on inputs that require grad.  ``torch.compile`` functionalizes
+    them: it keeps the in-place code, as eager does."""
+    return not (torch._C._are_functorch_transforms_active() or torch.compiler.is_exporting()
+                or torch.jit.is_tracing())
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -72,7 +74,10 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     if not dims:
         return t
     nd, k = t.dim(), len(dims)
-    if t.numel() >= 1 << 15 and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
+    big = t.numel() >= 1 << 15
+    if isinstance(big, torch.SymBool):  # torch.export's symbolic batch size: no guard on it
+        big = statically_known_true(big)
+    if big and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
         lead = t.shape[:nd - k]
         return t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
     return t.sum(dims, keepdim=True)
