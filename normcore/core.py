@@ -27,7 +27,6 @@ import math
 from typing import NamedTuple
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .axes import Layout
 
@@ -76,6 +75,7 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     nd, k = t.dim(), len(dims)
     big = t.numel() >= 1 << 15
     if isinstance(big, torch.SymBool):  # torch.export's symbolic batch size: no guard on it
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
         big = statically_known_true(big)
     if big and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
         lead = t.shape[:nd - k]
