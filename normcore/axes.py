@@ -109,7 +109,7 @@ class Layout:
     @property
     def set_size(self) -> int:
         """:math:`|S_i|`, the number of elements that share one mean and variance."""
-        return math.prod(self.view_shape[d] for d in self.reduce_dims)
+        return math.prod([self.view_shape[d] for d in self.reduce_dims])  # a list: dynamo traces no generator here
 
     @property
     def num_sets(self) -> int:
@@ -169,7 +169,9 @@ def _as_shape(shape) -> tuple[int, ...]:
         return tuple(shape.shape)
     if isinstance(shape, numbers.Integral):
         return (int(shape),)
-    return tuple(int(s) for s in shape)
+    # a size that torch.export / torch.compile keeps symbolic (SymInt), or that
+    # torch.jit.trace records (a Tensor), stays as it is: int() would bake in its value
+    return tuple(s if isinstance(s, (torch.SymInt, torch.Tensor)) else int(s) for s in shape)
 
 
 # ---------------------------------------------------------------------------------------

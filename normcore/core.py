@@ -33,6 +33,18 @@ from .axes import Layout
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def writes_in_place() -> bool:
+    """Whether the fast paths may write into fresh tensors (``out=``, in place).
+
+    Not under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``), where those
+    tensors would receive batched or wrapped values, nor while ``torch.export`` or
+    ``torch.jit.trace`` records a graph: it keeps the ``out=`` ops, which autograd refuses
+    when the graph is run on inputs that require grad.  ``torch.compile`` functionalizes
+    them: it keeps the in-place code, as eager does."""
+    return not (torch._C._are_functorch_transforms_active() or torch.compiler.is_exporting()
+                or torch.jit.is_tracing())
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half-precision inputs, the input's own dtype otherwise."""
     return torch.float32 if dtype in LOW_PRECISION else dtype
@@ -61,7 +73,11 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     if not dims:
         return t
     nd, k = t.dim(), len(dims)
-    if t.numel() >= 1 << 15 and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
+    big = t.numel() >= 1 << 15
+    if isinstance(big, torch.SymBool):  # torch.export's symbolic batch size: no guard on it
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        big = statically_known_true(big)
+    if big and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
         lead = t.shape[:nd - k]
         return t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
     return t.sum(dims, keepdim=True)
@@ -171,6 +187,13 @@ def apply_affine(centered: torch.Tensor, inv_std, lay: Layout, weight, bias,
     return y
 
 
+def affine_out_of_place(xhat: torch.Tensor, lay: Layout, weight, bias) -> torch.Tensor:
+    """Step (5), ``gamma x_hat + beta`` on the view, in fresh tensors only (for
+    ``torch.func``, where :func:`apply_affine`'s in-place add could not take a batched beta)."""
+    y = xhat if weight is None else xhat * weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+    return y if bias is None else y + bias.to(xhat.dtype).reshape(lay.affine_view_shape)
+
+
 def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
                       mean=None, var=None, correction: int = 0,
                       eps_mode: str = "inside") -> Normalized:
@@ -194,7 +217,7 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     # one full-size allocation fewer (they cost page faults on CPU), the same arithmetic.
     recording = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
-    reuse = not recording and centered is not xv
+    reuse = not recording and centered is not xv and writes_in_place()
     y = apply_affine(centered, inv_std, lay, weight, bias, out=centered if reuse else None)  # (4)-(5)
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
 
@@ -215,5 +238,6 @@ def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
     xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
     mean, var, centered = moments(xv, lay, correction)
     inv_std = inverse_std(var, eps, eps_mode)
-    xhat = torch.mul(centered, inv_std, out=None if centered is xv else centered)
+    reuse = centered is not xv and writes_in_place()
+    xhat = torch.mul(centered, inv_std, out=centered if reuse else None)
     return Standardized(xhat, mean, var, inv_std)

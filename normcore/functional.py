@@ -47,7 +47,10 @@ __all__ = [
 
 
 def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    # Not while torch.jit.trace records: it would record a Function as one opaque call with
+    # the layout (the input's sizes) as constants; the formula's ops keep the sizes traced
+    return (torch.is_grad_enabled() and not torch.jit.is_tracing()
+            and any(t is not None and t.requires_grad for t in tensors))
 
 
 def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
@@ -63,7 +66,7 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     """
     if (_needs_grad(x, weight, bias) and (mean is None or var is None) and correction == 0
             and eps_mode == "inside"):
-        return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
+        return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
     return normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
                              correction=correction, eps_mode=eps_mode)
 
@@ -198,7 +201,7 @@ def weight_standardize(weight, eps=None, *, convention="original"):
     """
     lay, eps, conv = checks.weight_standardize_setup(weight, eps, convention)
     if _needs_grad(weight):
-        return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])
+        return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])[0]
     return normalize_formula(weight, lay, eps, correction=conv["correction"],
                              eps_mode=conv["eps_mode"]).output
 
@@ -306,5 +309,5 @@ def dyt(input, alpha, weight=None, bias=None, *, channels_last: bool = True,
     """
     lay = checks.dyt_layout(input, alpha, weight, bias, channels_last, normalized_shape)
     if _needs_grad(input, alpha, weight, bias):
-        return DyTFunction.apply(input, alpha, weight, bias, lay)
+        return DyTFunction.apply(input, alpha, weight, bias, lay)[0]
     return dyt_formula(input, alpha, weight, bias, lay)

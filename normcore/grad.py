@@ -155,11 +155,10 @@ float16 / bfloat16 inputs are computed in float32, and the results (outputs and 
 are cast back to the dtypes of the tensors they belong to, as in
 :mod:`normcore.core`.  What the backward keeps (:math:`\hat x`, or :math:`x-\mu` where
 gamma folds into a small per-set scale) is in that float32 compute dtype.  It forgets how
-it depends on :math:`x`, so a second derivative cannot use it: when a backward runs with
-``create_graph=True``, ``Normalize`` differentiates the formula itself, recomputed from
-the saved inputs (autograd through :func:`normcore.core.normalize_formula`), and the
-result is differentiable again.
-``WeightStandardize`` is ``once_differentiable`` and refuses a second derivative.
+it depends on :math:`x`, so with ``create_graph=True`` or under ``torch.func`` (``vmap``,
+``grad``, ``jacrev``: torch.func's form, ``setup_context`` and ``generate_vmap_rule``)
+``Normalize`` takes :func:`boxed_backward` on :math:`\hat x` recomputed from the saved
+input, out of place: differentiable again.  ``WeightStandardize`` refuses a second one.
 """
 from __future__ import annotations
 
@@ -168,8 +167,9 @@ from torch.autograd.function import once_differentiable
 
 from . import _checks as checks
 from .axes import Layout, layout
-from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments,
-                   normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products)
+from .core import (Normalized, affine_out_of_place, apply_affine, compute_dtype, inverse_std,
+                   moments, scale_is_small, standardize, sum_keep, sum_of_products,
+                   writes_in_place)
 
 __all__ = [
     "Normalize", "WeightStandardize", "boxed_backward",
@@ -234,6 +234,9 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     (or ``out``): autograd would copy a gradient that is a view before storing it.
     """
     slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
+    if not writes_in_place():                            # torch.func: out of place
+        dx = g * g_scale + xhat * slope
+        return (dx if sum_d is None else dx + sum_d * scale * (-1.0 / n)).reshape(shape)
     if out is None:  # else: a temporary of the input's shape, overwritten (may be g itself)
         out = torch.empty(shape, dtype=g.dtype, device=g.device)
     view = out.view(g.shape)
@@ -248,9 +251,9 @@ class Normalize(torch.autograd.Function):
     r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay`` (BN in
     training, LN, IN, GN, RMSNorm), with the hand-derived backward (module docstring).
 
-    ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var)``; ``mean`` and
-    ``var`` (biased, in the view's keepdim shape) are there for running statistics and are
-    not differentiable.
+    ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var, kept, inv_std)``;
+    only ``y`` is differentiable: ``mean`` and ``var`` (biased, in the view's keepdim shape)
+    are there for running statistics, ``kept`` and ``inv_std`` for the backward.
 
     What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
     part of each set (:func:`normcore.core.scale_is_small`), so that
@@ -258,42 +261,47 @@ class Normalize(torch.autograd.Function):
     :math:`\hat x` itself for LN and RMSNorm, whose gamma multiplies it element by element.
     """
 
+    generate_vmap_rule = True   # torch.func.vmap batches forward and backward as they are
+
     @staticmethod
-    def forward(ctx, x, weight, bias, lay: Layout, eps: float):
+    def forward(x, weight, bias, lay: Layout, eps: float):
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
+        mean, var, centered = moments(xv, lay)                                 # (1)-(2)
+        inv_std = inverse_std(var, eps)                                        # (3)
+        if not writes_in_place():                      # torch.func: out of place
+            xhat = centered * inv_std                                          # (4)
+            y = affine_out_of_place(xhat, lay, weight, bias).reshape(lay.shape).to(x.dtype)  # (5)
+            return y, mean, var, centered if scale_is_small(lay) else xhat, inv_std
         # The output: a fresh tensor of the input's shape, written through the view (an
         # output that were a view could not be modified in place by the caller)
         y = torch.empty(lay.shape, dtype=xv.dtype, device=xv.device)
         yv = y.view(lay.view_shape)
-        keep = any(ctx.needs_input_grad[:3])          # a backward may come
-        # x - mu goes straight into y when nothing is kept, and (4)-(5) then work in place
-        mean, var, centered = moments(xv, lay, out=None if keep else yv)      # (1)-(2)
-        inv_std = inverse_std(var, eps)                                        # (3)
-        if not keep or scale_is_small(lay):
+        if scale_is_small(lay):
             apply_affine(centered, inv_std, lay, weight, bias, out=yv)         # (4)-(5)
-            kept, kept_is_xhat = centered, False                               # x - mu
+            kept = centered                                                    # x - mu
         else:
             kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)
-            apply_affine(kept, None, lay, weight, bias, out=yv)                           # (5)
-            kept_is_xhat = True                                                # x_hat
-        ctx.save_for_backward(kept if keep else None, inv_std, weight, x, bias)
-        ctx.kept_is_xhat, ctx.lay, ctx.eps = kept_is_xhat, lay, eps
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        ctx.x_dtype = x.dtype
-        ctx.mark_non_differentiable(mean, var)
-        ctx.set_materialize_grads(False)     # no zero gradients for mean and var
-        return y.to(x.dtype), mean, var
+            apply_affine(kept, None, lay, weight, bias, out=yv)                # (5), kept x_hat
+        return y.to(x.dtype), mean, var, kept, inv_std
 
     @staticmethod
-    def backward(ctx, grad_y, _grad_mean, _grad_var):
+    def setup_context(ctx, inputs, output):
+        x, weight, bias, lay, eps = inputs
+        _, mean, var, kept, inv_std = output
+        ctx.save_for_backward(kept, inv_std, weight, x, bias)
+        ctx.kept_is_xhat, ctx.lay, ctx.eps = not scale_is_small(lay), lay, eps
+        ctx.bias_dtype, ctx.x_dtype = None if bias is None else bias.dtype, x.dtype
+        ctx.mark_non_differentiable(mean, var, kept, inv_std)
+        ctx.set_materialize_grads(False)     # no zero gradients for the other outputs
+
+    @staticmethod
+    def backward(ctx, grad_y, *_):
         if grad_y is None:                   # y was not used (only mean / var)
             return None, None, None, None, None
         kept, inv_std, weight, x, bias = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            # create_graph=True (a second derivative is coming): the saved tensors have
-            # forgotten how they depend on x, so differentiate the formula itself, recomputed
-            # from the saved inputs, which still carry their graph
-            return _backward_through_formula(ctx, grad_y, x, weight, bias)
+        if torch.is_grad_enabled() or not writes_in_place():
+            # a second derivative is coming, or torch.func (which always builds a graph)
+            return _differentiable_backward(ctx, grad_y, x, weight)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         need_w = need_w and weight is not None
@@ -380,17 +388,18 @@ def _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
                        n, n, lay.shape, out)
 
 
-def _backward_through_formula(ctx, grad_y, x, weight, bias):
-    """Normalize's backward by autograd through :func:`normcore.core.normalize_formula`, so
-    that the gradient is itself differentiable (double backward)."""
-    inputs = (x, weight, bias)
-    wanted = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i] and t is not None]
-    y = normalize_formula(x, ctx.lay, ctx.eps, weight, bias).output
-    grads = torch.autograd.grad(y, [inputs[i] for i in wanted], grad_y, create_graph=True)
-    out = [None] * 5
-    for i, g in zip(wanted, grads):
-        out[i] = g
-    return tuple(out)
+def _differentiable_backward(ctx, grad_y, x, weight):
+    """Normalize's backward by :func:`boxed_backward`, with x_hat recomputed from the saved
+    input (which carries its graph) in out-of-place ops: the result is differentiable again
+    (double backward) and can be batched by ``torch.func.vmap``."""
+    lay = ctx.lay
+    _, var, centered = moments(x.reshape(lay.view_shape).to(compute_dtype(x.dtype)), lay)
+    inv_std = inverse_std(var, ctx.eps)
+    dx, dw, db = boxed_backward(grad_y, centered * inv_std, inv_std, weight, lay)
+    need = ctx.needs_input_grad
+    return (dx.to(x.dtype) if need[0] else None,
+            dw.to(weight.dtype) if need[1] and weight is not None else None,
+            db.to(ctx.bias_dtype) if need[2] and ctx.bias_dtype is not None else None, None, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -406,11 +415,14 @@ class WeightStandardize(torch.autograd.Function):
         - \hat w\,\frac{\rho}{n-c}\sum d\,\hat w\Big),\qquad
         \rho = 1 \text{ (inside)},\quad \rho = \frac{\sigma+\epsilon}{\sigma} \text{ (outside)}.
 
-    ``WeightStandardize.apply(weight, eps, correction, eps_mode)``.
+    ``WeightStandardize.apply(weight, eps, correction, eps_mode)`` returns ``(w_hat, kept,
+    inv_std, m)``: the output, and what the backward keeps (non-differentiable).
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, weight, eps: float, correction: int, eps_mode: str):
+    def forward(weight, eps: float, correction: int, eps_mode: str):
         lay = layout("layer", weight.shape)             # S = one output channel's weights
         w_hat, _mean, var, inv_std = standardize(weight, lay, eps, correction, eps_mode)
         # m = (n - c) / rho, the divisor of the last term of the gradient
@@ -422,15 +434,18 @@ class WeightStandardize(torch.autograd.Function):
             # rho = (sigma + eps) / sigma.  At sigma = 0 the term is 0 (w_hat = 0 there,
             # and torch.std's backward drops it too); m = inf gives exactly that.
             m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
-        ctx.save_for_backward(w_hat, inv_std, m)
-        ctx.lay = lay
-        ctx.dtype = weight.dtype
         # a copy: the output must be neither w_hat (saved) nor a view of it
-        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True)
+        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True), w_hat, inv_std, m
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*output[1:])
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.lay, ctx.dtype = layout("layer", inputs[0].shape), inputs[0].dtype
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_what):
+    def backward(ctx, grad_what, *_):
         w_hat, inv_std, m = ctx.saved_tensors
         lay: Layout = ctx.lay
         d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
@@ -461,7 +476,7 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None) 
             f"build it with normcore.axes.layout(norm, x.shape, ...)")
     checks.check_param(weight, "weight", lay.affine_shape, caller)
     checks.check_param(bias, "bias", lay.affine_shape, caller)
-    return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
+    return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
 
 
 def batch_norm_train(input, weight=None, bias=None, eps=1e-5):
@@ -495,4 +510,4 @@ def weight_standardize(weight, eps=None, *, convention="original"):
     r"""Weight Standardization; the semantics (conventions, default ``eps``, errors) of
     :func:`normcore.functional.weight_standardize`."""
     _, eps, conv = checks.weight_standardize_setup(weight, eps, convention)
-    return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])
+    return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])[0]

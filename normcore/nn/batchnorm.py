@@ -66,14 +66,18 @@ class _BatchNorm(_NormBase, torch_bn._BatchNorm):
                 f"{input.shape[1]} channels at dim 1 (shape {tuple(input.shape)})")
 
     def _averaging_factor(self) -> float:
-        """Count this batch and return the weight of its statistics in the running ones."""
-        if self.momentum is None:
-            factor = 0.0
-        else:
-            factor = self.momentum
+        """Count this batch and return the weight of its statistics in the running ones:
+        ``momentum``, or ``1 / num_batches_tracked`` (the cumulative average) for None.
+
+        As in ``torch.nn.BatchNorm2d.forward``, the count stays a tensor and is read only
+        for ``momentum=None``, as ``1.0 / float(count)``: under ``torch.compile`` that is a
+        value of the graph (no guard on it, no recompilation per step), and it is >= 1
+        here, having just been incremented."""
+        factor = 0.0 if self.momentum is None else float(self.momentum)
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-            factor = stats.averaging_factor(self.momentum, int(self.num_batches_tracked))
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
         return factor
 
     def _batch_norm(self, input: Tensor, factor: float, use_batch_stats: bool,
