@@ -63,9 +63,12 @@ def check_eps(eps, caller: str) -> None:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"{caller}: eps must be a positive number, got {eps!r}")
     if not eps > 0:
+        # torch's BatchNorm says "eps must be positive" (in training; its other norms take
+        # any eps): normcore refuses eps <= 0 for every norm, in every mode
         raise ValueError(
-            f"{caller}: eps={eps} must be > 0; it keeps 1/sqrt(var + eps) finite when a set has "
-            f"zero variance (PyTorch's default is 1e-5)")
+            f"{caller}: eps must be positive, got eps={eps} (eps=0 or below makes "
+            f"1/sqrt(var + eps) infinite when a set has zero variance); pass eps > 0, e.g. "
+            f"PyTorch's default 1e-5")
 
 
 def check_positive_int(value, name: str, caller: str) -> int:

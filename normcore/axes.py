@@ -160,9 +160,8 @@ def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm",
             f"got input of shape {list(input_shape)} and num_groups={num_groups}; choose "
             f"num_groups among the divisors of {num_channels}")
     raise NumGroupsError(
-        f"{where}: num_channels must be divisible by num_groups, but got "
-        f"num_channels={num_channels} and num_groups={num_groups} (C // G contiguous "
-        f"channels go in each group); choose num_groups among the divisors of "
+        f"{where}: num_channels ({num_channels}) must be divisible by num_groups "
+        f"({num_groups}) (C // G contiguous channels go in each group); choose num_groups among the divisors of "
         f"{num_channels}: {divisors(num_channels)}")
 
 

@@ -296,11 +296,11 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
     lay = checks.instance_norm_layout(input, eps=eps, caller=caller)
     checks.check_float(style, "style", caller)
     if style.dim() < 3:
-        raise ValueError(
+        raise checks.DimsError(
             f"{caller}: expected a style of shape (N, C, *spatial) with at least one spatial dim, "
             f"got shape {tuple(style.shape)}")
     if tuple(style.shape[:2]) != tuple(input.shape[:2]):
-        raise ValueError(
+        raise checks.ShapeError(
             f"{caller}: content has (N, C) = {tuple(input.shape[:2])} but style has "
             f"{tuple(style.shape[:2])}; each sample's channel c takes the statistics of the "
             f"style's channel c of the same sample, so N and C must agree (the spatial sizes "

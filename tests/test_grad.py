@@ -436,7 +436,7 @@ def test_bad_input_generic_normalize():
         F.normalize(torch.randn(2, 6, 3), lay, 1e-5)
     with pytest.raises(TypeError, match="Layout"):
         F.normalize(x4, "batch", 1e-5)
-    with pytest.raises(ValueError, match="must be > 0"):
+    with pytest.raises(ValueError, match="eps must be positive"):
         F.normalize(x4, lay, 0.0)
     with pytest.raises(TypeError, match="floating-point"):
         F.normalize(i4, lay, 1e-5)

@@ -166,8 +166,8 @@ x34 = torch.randn(3, 4)
      "normalized_shape must equal the input's last dims"),
     (lambda: F.rms_norm(x34, []), ValueError, "Given normalized_shape=[]"),
     (lambda: F.rms_norm(torch.ones(3, 4, dtype=torch.int64), (4,)), TypeError, "int64"),
-    (lambda: F.rms_norm(x34, (4,), eps=0.0), ValueError, "eps=0.0 must be > 0"),
-    (lambda: F.rms_norm(x34, (4,), eps=-1e-6), ValueError, "must be > 0"),
+    (lambda: F.rms_norm(x34, (4,), eps=0.0), ValueError, "eps must be positive, got eps=0.0"),
+    (lambda: F.rms_norm(x34, (4,), eps=-1e-6), ValueError, "eps must be positive"),
     (lambda: F.rms_norm(x34, (4,), eps="1e-6"), TypeError, "eps must be a positive number"),
     (lambda: F.rms_norm(x34, (4,), torch.ones(3)), ValueError, "weight has shape (3,), expected (4,)"),
     (lambda: F.rms_norm(x34, (4,), torch.ones(4, dtype=torch.int32)), TypeError, "weight has dtype torch.int32"),
@@ -175,7 +175,7 @@ x34 = torch.randn(3, 4)
     (lambda: nn.RMSNorm(4)(x34[:, :3]), ValueError, "expected input with shape [*, 4]"),
     (lambda: nn.RMSNorm([]), ValueError, "non-empty and positive"),
     (lambda: nn.RMSNorm(0), ValueError, "non-empty and positive"),
-    (lambda: nn.RMSNorm(4, eps=0), ValueError, "must be > 0"),
+    (lambda: nn.RMSNorm(4, eps=0), ValueError, "eps must be positive"),
 ])
 def test_bad_input_gives_a_clear_error(call, exc, words):
     with pytest.raises(exc) as info:
