@@ -59,9 +59,11 @@ def check_float(x, name: str, caller: str) -> None:
             f"tensor; convert it first, e.g. {name}.float()")
 
 
-def check_eps(eps, caller: str) -> None:
+def check_eps(eps, caller: str, allow_zero: bool = False) -> None:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"{caller}: eps must be a positive number, got {eps!r}")
+    if allow_zero and eps == 0:
+        return
     if not eps > 0:
         # torch's BatchNorm says "eps must be positive" (in training; its other norms take
         # any eps): normcore refuses eps <= 0 for every norm, in every mode
@@ -131,8 +133,8 @@ def check_empty_batch(input, lay: Layout, running_mean, caller: str) -> None:
     if lay.norm == "instance" and running_mean is not None:
         raise EmptyBatchError(
             f"{caller}: the input {tuple(input.shape)} has no instance, so the running "
-            f"statistics (the mean over the batch's instances) have no value to take; torch "
-            f"writes NaN into them here. Skip empty batches, or call with running_mean=None "
+            f"statistics (the mean over the batch's instances) have no value to take (torch "
+            f"writes NaN into them, or raises IndexError with affine=True). Skip empty batches, or call with running_mean=None "
             f"(track_running_stats=False) or in eval mode")
 
 
@@ -153,9 +155,10 @@ def check_param(p, name: str, shape: tuple[int, ...], caller: str, input=None) -
         return
     check_float(p, name, caller)
     if tuple(p.shape) != tuple(shape):
+        per = "channel of the input" if len(shape) == 1 else "element of normalized_shape"
         raise ShapeError(
-            f"{caller}: {name} has shape {tuple(p.shape)}, expected {tuple(shape)} "
-            f"(one value per {'channel' if len(shape) == 1 else 'element of normalized_shape'})")
+            f"{caller}: {name} has shape {tuple(p.shape)}, expected {tuple(shape)} (one value "
+            f"per {per}); give {name} that shape, or an input that matches it")
 
 
 def verify_batch_size(size: torch.Size, caller: str) -> None:
@@ -191,6 +194,11 @@ def normalized_shape_tuple(normalized_shape, caller: str) -> tuple[int, ...]:
     """``normalized_shape`` (an int, a list or a ``torch.Size``) as a non-empty tuple."""
     if isinstance(normalized_shape, numbers.Integral):
         normalized_shape = (int(normalized_shape),)
+    if (isinstance(normalized_shape, (str, bytes)) or not hasattr(normalized_shape, "__iter__")
+            or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
+                       for s in normalized_shape)):
+        raise TypeError(f"{caller}: normalized_shape must be an int or a sequence of ints "
+                        f"(the input's last dims), got {normalized_shape!r}")
     shape = tuple(int(s) for s in normalized_shape)
     if not shape or any(s <= 0 for s in shape):
         raise ArgumentError(f"{caller}: normalized_shape must be non-empty and positive, "

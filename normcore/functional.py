@@ -72,10 +72,13 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     backward is the hand-derived one: two reductions and one fused pass instead of
     autograd's walk back through every step.  It stays differentiable twice
     (``create_graph=True``).  ``backward="autograd"`` differentiates the formula instead.
+
+    The primitive takes ``eps = 0`` (the ops refuse it): the book uses it to show what eps
+    is for, and an exercise's "left eps out" variant is this formula with ``eps = 0``.
     """
     caller = "normalize"
     checks.check_float(x, "x", caller)
-    checks.check_eps(eps, caller)
+    checks.check_eps(eps, caller, allow_zero=True)
     checks.check_layout(lay, x, caller)
     checks.check_param(weight, "weight", lay.affine_shape, caller, x)
     checks.check_param(bias, "bias", lay.affine_shape, caller, x)
