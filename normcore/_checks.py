@@ -159,6 +159,8 @@ def check_param(p, name: str, shape: tuple[int, ...], caller: str, input=None) -
         raise ShapeError(
             f"{caller}: {name} has shape {tuple(p.shape)}, expected {tuple(shape)} (one value "
             f"per {per}); give {name} that shape, or an input that matches it")
+    if input is not None:
+        check_dtype(p, name, input, caller)
 
 
 def verify_batch_size(size: torch.Size, caller: str) -> None:

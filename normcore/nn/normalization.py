@@ -7,7 +7,6 @@ import torch
 from torch.nn import Module, Parameter, init
 
 from .. import _checks as checks
-from .. import axes
 from .. import functional as F
 from ._params import affine_parameters, reset_affine
 
@@ -87,9 +86,8 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
                  affine: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
-        checks.check_positive_int(num_groups, "num_groups", "GroupNorm")
         checks.check_positive_int(num_channels, "num_channels", "GroupNorm")
-        axes.check_num_groups(num_groups, num_channels, "GroupNorm")
+        checks.check_num_groups(num_groups, num_channels, "GroupNorm")   # int, > 0, divides
         checks.check_eps(eps, "GroupNorm")
         self.num_groups = num_groups
         self.num_channels = num_channels
