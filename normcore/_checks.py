@@ -282,6 +282,27 @@ def group_norm_layout(input, num_groups, weight=None, bias=None, eps=1e-5,
     return axes.layout("group", input.shape, int(num_groups))
 
 
+def adaptive_instance_norm_layout(input, style, alpha, eps, caller="adaptive_instance_norm"):
+    """Check adaptive_instance_norm's arguments; return the content's InstanceNorm Layout."""
+    lay = instance_norm_layout(input, eps=eps, caller=caller)
+    check_float(style, "style", caller)
+    if style.dim() < 3:
+        raise DimsError(
+            f"{caller}: expected a style of shape (N, C, *spatial) with at least one spatial dim, "
+            f"got shape {tuple(style.shape)}")
+    if tuple(style.shape[:2]) != tuple(input.shape[:2]):
+        raise ShapeError(
+            f"{caller}: content has (N, C) = {tuple(input.shape[:2])} but style has "
+            f"{tuple(style.shape[:2])}; each sample's channel c takes the statistics of the "
+            f"style's channel c of the same sample, so N and C must agree (the spatial sizes "
+            f"may differ). For one style image, use style.expand(N, -1, ...)")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
+        raise ValueError(f"{caller}: alpha must be a number in [0, 1], got {alpha!r}")
+    verify_spatial_size(input.shape, caller)
+    verify_spatial_size(style.shape, caller)
+    return lay
+
+
 def check_convention(convention, caller: str) -> dict:
     if convention not in WS_CONVENTIONS:
         raise ValueError(

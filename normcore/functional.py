@@ -35,8 +35,6 @@ not a second ``layer_norm``.)
 """
 from __future__ import annotations
 
-import numbers
-
 import torch
 
 from . import _checks as checks
@@ -296,22 +294,7 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
         the output has the shape of ``input``.
     """
     caller = "adaptive_instance_norm"
-    lay = checks.instance_norm_layout(input, eps=eps, caller=caller)
-    checks.check_float(style, "style", caller)
-    if style.dim() < 3:
-        raise checks.DimsError(
-            f"{caller}: expected a style of shape (N, C, *spatial) with at least one spatial dim, "
-            f"got shape {tuple(style.shape)}")
-    if tuple(style.shape[:2]) != tuple(input.shape[:2]):
-        raise checks.ShapeError(
-            f"{caller}: content has (N, C) = {tuple(input.shape[:2])} but style has "
-            f"{tuple(style.shape[:2])}; each sample's channel c takes the statistics of the "
-            f"style's channel c of the same sample, so N and C must agree (the spatial sizes "
-            f"may differ). For one style image, use style.expand(N, -1, ...)")
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
-        raise ValueError(f"{caller}: alpha must be a number in [0, 1], got {alpha!r}")
-    checks.verify_spatial_size(input.shape, caller)
-    checks.verify_spatial_size(style.shape, caller)
+    lay = checks.adaptive_instance_norm_layout(input, style, alpha, eps, caller)
     # float16 / bfloat16 are computed in float32 and cast back, as in normalize
     cdt = compute_dtype(input.dtype)
     xhat = _normalize(input, lay, eps).output.to(cdt)            # (x - mu(x)) / sqrt(var(x) + eps)
