@@ -134,8 +134,9 @@ def check_empty_batch(input, lay: Layout, running_mean, caller: str) -> None:
         raise EmptyBatchError(
             f"{caller}: the input {tuple(input.shape)} has no instance, so the running "
             f"statistics (the mean over the batch's instances) have no value to take (torch "
-            f"writes NaN into them, or raises IndexError with affine=True). Skip empty batches, or call with running_mean=None "
-            f"(track_running_stats=False) or in eval mode")
+            f"writes NaN into them, or raises IndexError with affine=True). Skip empty "
+            f"batches, or call with running_mean=None (track_running_stats=False) or in "
+            f"eval mode")
 
 
 def momentum_value(momentum, caller: str) -> float:
