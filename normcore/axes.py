@@ -48,6 +48,8 @@ from typing import Sequence
 
 import torch
 
+from .errors import NumGroupsError
+
 
 @dataclass(frozen=True)
 class Norm:
@@ -153,14 +155,13 @@ def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm",
     if G > 0 and num_channels % G == 0:
         return G
     if input_shape is not None:
-        raise ValueError(
+        raise NumGroupsError(
             f"{where}: Expected number of channels in input to be divisible by num_groups, but "
             f"got input of shape {list(input_shape)} and num_groups={num_groups}; choose "
             f"num_groups among the divisors of {num_channels}")
-    raise ValueError(
-        f"{where}: num_channels must be divisible by num_groups, but got "
-        f"num_channels={num_channels} and num_groups={num_groups} (C // G contiguous "
-        f"channels go in each group); choose num_groups among the divisors of "
+    raise NumGroupsError(
+        f"{where}: num_channels ({num_channels}) must be divisible by num_groups "
+        f"({num_groups}) (C // G contiguous channels go in each group); choose num_groups among the divisors of "
         f"{num_channels}: {divisors(num_channels)}")
 
 

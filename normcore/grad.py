@@ -165,17 +165,14 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _checks as checks
 from .axes import Layout, layout
-from .core import (Normalized, affine_out_of_place, apply_affine, compute_dtype, inverse_std,
+from .core import (affine_out_of_place, apply_affine, compute_dtype, inverse_std,
                    moments, scale_is_small, standardize, sum_keep, sum_of_products,
                    writes_in_place)
 
-__all__ = [
-    "Normalize", "WeightStandardize", "boxed_backward",
-    "normalize", "batch_norm_train", "layer_norm", "instance_norm", "group_norm",
-    "weight_standardize",
-]
+# The ops that run these Functions are those of normcore.functional (``backward="derived"``,
+# their default): one op per name.
+__all__ = ["Normalize", "WeightStandardize", "boxed_backward"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -455,59 +452,3 @@ class WeightStandardize(torch.autograd.Function):
         grad_w = _grad_input(d, w_hat, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
                              lay.shape)
         return grad_w.to(ctx.dtype), None, None, None
-
-
-# ---------------------------------------------------------------------------------------
-# the hand-derived path, called directly (normcore.functional takes it by itself whenever
-# a gradient is needed; these always take it, and return only the output)
-# ---------------------------------------------------------------------------------------
-def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None) -> Normalized:
-    r"""The formula over the sets of ``lay`` (biased variance, :math:`\epsilon` inside the
-    square root) with the hand-derived backward.  Returns ``Normalized(output, mean, var)``;
-    only ``output`` carries gradients."""
-    caller = "normalize"
-    checks.check_float(x, "x", caller)
-    checks.check_eps(eps, caller)
-    if not isinstance(lay, Layout):
-        raise TypeError(f"{caller}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
-    if tuple(x.shape) != tuple(lay.shape):
-        raise ValueError(
-            f"{caller}: x has shape {tuple(x.shape)} but the layout was made for shape {lay.shape}; "
-            f"build it with normcore.axes.layout(norm, x.shape, ...)")
-    checks.check_param(weight, "weight", lay.affine_shape, caller)
-    checks.check_param(bias, "bias", lay.affine_shape, caller)
-    return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
-
-
-def batch_norm_train(input, weight=None, bias=None, eps=1e-5):
-    r"""BatchNorm in training mode (batch statistics; no running buffers), as
-    ``torch.nn.functional.batch_norm(input, None, None, weight, bias, training=True, eps=eps)``."""
-    lay = checks.batch_norm_layout(input, weight, bias, eps)
-    checks.verify_batch_size(input.shape, "batch_norm")
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def instance_norm(input, weight=None, bias=None, eps=1e-5):
-    r"""InstanceNorm with input statistics and no running buffers."""
-    lay = checks.instance_norm_layout(input, weight, bias, eps)
-    checks.verify_spatial_size(input.shape, "instance_norm")
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    r"""LayerNorm over the trailing ``normalized_shape`` dims."""
-    lay = checks.layer_norm_layout(input, normalized_shape, weight, bias, eps)
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
-    r"""GroupNorm over groups of ``C // num_groups`` contiguous channels."""
-    lay = checks.group_norm_layout(input, num_groups, weight, bias, eps)
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def weight_standardize(weight, eps=None, *, convention="original"):
-    r"""Weight Standardization; the semantics (conventions, default ``eps``, errors) of
-    :func:`normcore.functional.weight_standardize`."""
-    _, eps, conv = checks.weight_standardize_setup(weight, eps, convention)
-    return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])[0]

@@ -61,9 +61,10 @@ class _BatchNorm(_NormBase, torch_bn._BatchNorm):
                 f"expected {want} input (got {input.dim()}D input); "
                 f"{type(self).__name__} takes {self._shape_hint}")
         if input.shape[1] != self.num_features:
-            raise ValueError(
+            raise checks.ShapeError(      # torch: RuntimeError (a ValueError here as well)
                 f"{type(self).__name__}({self.num_features}) got an input with "
-                f"{input.shape[1]} channels at dim 1 (shape {tuple(input.shape)})")
+                f"{input.shape[1]} channels at dim 1 (shape {tuple(input.shape)}); num_features "
+                f"must be the input's channel count")
 
     def _averaging_factor(self) -> float:
         """Count this batch and return the weight of its statistics in the running ones:
@@ -142,7 +143,7 @@ class SyncBatchNorm(_BatchNorm, torch_bn.SyncBatchNorm):
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input); "
                              f"SyncBatchNorm takes (N, C, *)")
         if input.shape[1] != self.num_features:
-            raise ValueError(
+            raise checks.ShapeError(
                 f"SyncBatchNorm({self.num_features}) got an input with {input.shape[1]} "
                 f"channels at dim 1 (shape {tuple(input.shape)})")
 

@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from .. import axes
 from .. import functional as F
 from ._fx import traced_as_leaf
 
@@ -65,9 +64,8 @@ class GroupNorm(torch.nn.GroupNorm):
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
                  affine: bool = True, device=None, dtype=None, *, bias: bool = True):
-        checks.check_positive_int(num_groups, "num_groups", "GroupNorm")
         checks.check_positive_int(num_channels, "num_channels", "GroupNorm")
-        axes.check_num_groups(num_groups, num_channels, "GroupNorm")
+        checks.check_num_groups(num_groups, num_channels, "GroupNorm")   # int, > 0, divides
         checks.check_eps(eps, "GroupNorm")
         super().__init__(num_groups, num_channels, eps, affine, device, dtype, bias=bias)
 
