@@ -13,26 +13,14 @@ for the forward: a deliberate difference, on the book's page of them).
 from __future__ import annotations
 
 import copy
-import sys
-import types
-import unittest
 
 import pytest
 import torch
 
 import normcore.nn as ncnn
 
-# torch's test utilities import ``expecttest`` (for its TestCase) at module level; nothing used
-# here needs it, and it is not a dependency of the book: a stand-in when it is absent
-if "expecttest" not in sys.modules:
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        _stub = types.ModuleType("expecttest")
-        _stub.TestCase, _stub.ACCEPT = unittest.TestCase, False
-        sys.modules["expecttest"] = _stub
-
-from torch.testing._internal.common_modules import ModuleErrorEnum, module_db  # noqa: E402
+# (torch's test utilities need expecttest, pinned in requirements.txt for this test)
+from torch.testing._internal.common_modules import ModuleErrorEnum, module_db
 
 NAMES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "InstanceNorm1d",
          "InstanceNorm2d", "InstanceNorm3d", "LayerNorm", "RMSNorm")
