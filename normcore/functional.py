@@ -33,7 +33,7 @@ import numbers
 import torch
 
 from . import _checks as checks
-from . import axes, stats
+from . import axes, rows, stats
 from ._checks import WS_CONVENTIONS
 from .axes import Layout
 from .core import Normalized, compute_dtype, normalize_formula
@@ -59,10 +59,11 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     biased variance, eps inside the sqrt: BN in training, LN, IN, GN, RMSNorm), the work goes
     to :class:`normcore.grad.Normalize`, whose backward is the hand-derived one: two
     reductions and one fused pass instead of autograd's walk back through every step.  It
-    stays differentiable twice (``create_graph=True``).
+    stays differentiable twice (``create_graph=True``).  A large LayerNorm or RMSNorm goes
+    there without gradients too: it computes a block of rows at a time (:mod:`normcore.rows`).
     """
-    if (_needs_grad(x, weight, bias) and (mean is None or var is None) and correction == 0
-            and eps_mode == "inside"):
+    if ((_needs_grad(x, weight, bias) or rows.applies(lay, x)) and (mean is None or var is None)
+            and correction == 0 and eps_mode == "inside"):
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
     return normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
                              correction=correction, eps_mode=eps_mode)

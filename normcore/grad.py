@@ -166,7 +166,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _checks as checks
+from . import _checks as checks, rows
 from .axes import Layout, layout
 from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments,
                    normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products)
@@ -260,6 +260,8 @@ class Normalize(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, lay: Layout, eps: float):
+        if rows.applies(lay, x):   # LN, RMSNorm, large: by blocks of rows, nothing full-size kept
+            return rows.forward_function(ctx, x, weight, bias, lay, eps)
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
         # The output: a fresh tensor of the input's shape, written through the view (an
         # output that were a view could not be modified in place by the caller)
@@ -294,6 +296,8 @@ class Normalize(torch.autograd.Function):
             # forgotten how they depend on x, so differentiate the formula itself, recomputed
             # from the saved inputs, which still carry their graph
             return _backward_through_formula(ctx, grad_y, x, weight, bias)
+        if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is the mean
+            return rows.backward_function(ctx, grad_y, kept, inv_std, weight, x)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         need_w = need_w and weight is not None

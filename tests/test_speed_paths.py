@@ -1,0 +1,136 @@
+"""The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows
+(normcore.rows) against core.normalize_formula, grad.boxed_backward and torch, on the shapes
+that select the path and on shapes that do not; and outputs keep the memory format torch's
+do (channels_last)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import normcore.functional as F
+from normcore import axes, core, grad, rows
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """The row path on small tensors: every input of 64 elements or more, blocks of 40
+    elements, so that the shapes below have several blocks and a short last one."""
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 64)
+    monkeypatch.setattr(rows, "BLOCK_ELEMENTS", 40)
+
+
+ROW_CASES = [  # (norm, shape, normalized_ndim, affine): rows of 8, 12 and 35 elements
+    *[("layer", shape, k, affine) for shape, k in (((3, 5, 8), 1), ((6, 3, 4), 2), ((2, 5, 7), 2))
+      for affine in ("both", "weight", "bias", "none")],
+    *[("rms", shape, 1, affine) for shape in ((3, 5, 8), (6, 12)) for affine in ("weight", "none")],
+]
+
+
+@pytest.mark.parametrize("norm, shape, k, affine", ROW_CASES)
+def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm, shape, k, affine):
+    gen = torch.Generator().manual_seed(len(shape) * 11 + k)
+    lay = axes.layout(norm, shape, normalized_ndim=k)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
+    assert rows.applies(lay, x) and len(rows._blocks(lay.num_sets, lay.set_size)) > 1
+    w = b = None
+    if affine in ("both", "weight"):
+        w = (torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    if affine in ("both", "bias"):
+        b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64).requires_grad_(True)
+    gy = torch.randn(shape, generator=gen, dtype=torch.float64)
+    y, mean, var = grad.Normalize.apply(x, w, b, lay, 1e-5)
+    ref = core.normalize_formula(x, lay, 1e-5, w, b)
+    torch.testing.assert_close(y, ref.output)
+    torch.testing.assert_close(mean, ref.mean)
+    torch.testing.assert_close(var, ref.var)
+    leaves = [t for t in (x, w, b) if t is not None]
+    fast = torch.autograd.grad(y, leaves, gy, retain_graph=True)
+    st = core.standardize(x.detach(), lay, 1e-5)
+    boxed = grad.boxed_backward(gy, st.xhat, st.inv_std, None if w is None else w.detach(), lay)
+    torch.testing.assert_close(fast[0], boxed[0])
+    if w is not None:
+        torch.testing.assert_close(fast[1], boxed[1])
+    if b is not None:
+        torch.testing.assert_close(fast[-1], boxed[2])
+    # a second backward through the same graph gives the same (nothing saved was overwritten)
+    again = torch.autograd.grad(y, leaves, gy)
+    for a, f in zip(again, fast):
+        torch.testing.assert_close(a, f, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
+def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, wanted):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 6, 10, generator=gen, dtype=torch.float64)
+    w = torch.rand(10, generator=gen, dtype=torch.float64) + 0.5
+    b = torch.randn(10, generator=gen, dtype=torch.float64)
+    gy = torch.randn(4, 6, 10, generator=gen, dtype=torch.float64)
+    leaf = {"x": x, "weight": w, "bias": b}[wanted].requires_grad_(True)
+    got = torch.autograd.grad(grad.layer_norm(x, (10,), w, b), leaf, gy)[0]
+    xr, wr, br = (t.detach().clone().requires_grad_(t is leaf) for t in (x, w, b))
+    ref = torch.autograd.grad(TF.layer_norm(xr, (10,), wr, br), {"x": xr, "weight": wr, "bias": br}[wanted], gy)[0]
+    torch.testing.assert_close(got, ref)
+
+
+def test_row_blocks_are_twice_differentiable(small_blocks):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(6, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    b = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert rows.applies(axes.layout("layer", x.shape, normalized_ndim=1), x)
+    assert torch.autograd.gradgradcheck(lambda x, w, b: grad.layer_norm(x, (6,), w, b), (x, w, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_row_blocks_in_half_precision_match_torch(small_blocks, dtype):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(4, 5, 16, generator=gen).to(dtype).requires_grad_(True)
+    w = (torch.rand(16, generator=gen) + 0.5).to(dtype).requires_grad_(True)
+    b = torch.randn(16, generator=gen).to(dtype).requires_grad_(True)
+    gy = torch.randn(4, 5, 16, generator=gen).to(dtype)
+    y = F.layer_norm(x, (16,), w, b)
+    got = torch.autograd.grad(y, (x, w, b), gy)
+    xr, wr, br = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+    yr = TF.layer_norm(xr, (16,), wr, br)
+    ref = torch.autograd.grad(yr, (xr, wr, br), gy)
+    assert y.dtype == dtype and all(g.dtype == dtype for g in got)
+    tol = dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(y, yr, **tol)
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, **tol)
+
+
+@pytest.mark.parametrize("norm, shape, G, k", [
+    ("group", (4, 6, 5), 3, None), ("instance", (4, 3, 7), None, None),
+    ("batch", (5, 3, 4), None, None), ("layer", (3, 5, 8), None, 1)])
+def test_other_layouts_and_layouts_made_non_contiguous_take_the_plain_path(small_blocks, norm, shape, G, k):
+    lay = axes.layout(norm, shape, G, k)
+    x = torch.randn(shape, dtype=torch.float64)
+    assert rows.applies(lay, x) == (norm == "layer")
+    xt = torch.randn(tuple(reversed(shape)), dtype=torch.float64).permute(*range(len(shape) - 1, -1, -1))
+    assert not rows.applies(lay, xt)              # a permuted input: the plain path
+    xt.requires_grad_(True)
+    y = grad.Normalize.apply(xt, None, None, lay, 1e-5)[0]
+    torch.testing.assert_close(y, core.normalize_formula(xt, lay, 1e-5).output)
+
+
+def test_row_blocks_at_their_real_size_match_torch():
+    """Default thresholds: a (64, 16, 1024) input is two blocks of 512 rows."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 16, 1024, generator=gen) * 2 + 3).requires_grad_(True)
+    w = (torch.rand(1024, generator=gen) + 0.5).requires_grad_(True)
+    b = torch.randn(1024, generator=gen).requires_grad_(True)
+    lay = axes.layout("layer", x.shape, normalized_ndim=1)
+    assert rows.applies(lay, x) and len(rows._blocks(lay.num_sets, lay.set_size)) == 2
+    gy = torch.randn(x.shape, generator=gen)
+    y = F.layer_norm(x, (1024,), w, b)
+    got = torch.autograd.grad(y, (x, w, b), gy)
+    xr, wr, br = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+    yr = TF.layer_norm(xr, (1024,), wr, br)
+    ref = torch.autograd.grad(yr, (xr, wr, br), gy)
+    torch.testing.assert_close(y, yr, rtol=1e-5, atol=1e-5)
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-3)
+    with torch.no_grad():                                    # the no-gradient path too
+        torch.testing.assert_close(F.layer_norm(x, (1024,), w, b), yr, rtol=1e-5, atol=1e-5)
