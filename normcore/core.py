@@ -38,6 +38,18 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in LOW_PRECISION else dtype
 
 
+def output_format(lay: Layout, x: torch.Tensor) -> torch.memory_format:
+    """The memory format of torch's output for this norm and input: the input's
+    ``channels_last`` (4-d) or ``channels_last_3d`` (5-d) for BN, GN and RMSNorm, as
+    torch's kernels keep it; contiguous for IN and LN, whose torch kernels make the input
+    contiguous first; contiguous for any other input."""
+    if lay.norm in ("batch", "group", "rms") and not x.is_contiguous():
+        for nd, fmt in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+            if x.dim() == nd and x.is_contiguous(memory_format=fmt):
+                return fmt
+    return torch.contiguous_format
+
+
 class Normalized(NamedTuple):
     """What :func:`normalize_formula` returns: the output and the statistics it used, in the
     layout's view (``keepdim`` shape); ``var`` is the mean square for an uncentered layout."""

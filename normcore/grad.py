@@ -168,8 +168,8 @@ from torch.autograd.function import once_differentiable
 
 from . import _checks as checks, rows
 from .axes import Layout, layout
-from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments,
-                   normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products)
+from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments, normalize_formula,
+                   output_format, scale_is_small, standardize, sum_keep, sum_of_products)
 
 __all__ = [
     "Normalize", "WeightStandardize", "boxed_backward",
@@ -253,19 +253,18 @@ class Normalize(torch.autograd.Function):
     not differentiable.
 
     What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
-    part of each set (:func:`normcore.core.scale_is_small`), so that
-    :math:`y = (x-\mu)(\gamma r) + \beta` never forms :math:`\hat x = (x-\mu)\,r`; and
-    :math:`\hat x` itself for LN and RMSNorm, whose gamma multiplies it element by element.
+    part of each set (:func:`~normcore.core.scale_is_small`: :math:`\hat x` is never formed);
+    :math:`\hat x` for LN and RMSNorm, whose gamma multiplies it element by element, or on
+    large inputs nothing full-size (:mod:`normcore.rows` recomputes it from x, by blocks).
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, lay: Layout, eps: float):
-        if rows.applies(lay, x):   # LN, RMSNorm, large: by blocks of rows, nothing full-size kept
+        if rows.applies(lay, x):            # large LN, RMSNorm: by blocks of rows (normcore.rows)
             return rows.forward_function(ctx, x, weight, bias, lay, eps)
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
-        # The output: a fresh tensor of the input's shape, written through the view (an
-        # output that were a view could not be modified in place by the caller)
-        y = torch.empty(lay.shape, dtype=xv.dtype, device=xv.device)
+        # The output: fresh (a view could not be modified in place), in torch's memory format
+        y = torch.empty_like(x, dtype=xv.dtype, memory_format=output_format(lay, x))
         yv = y.view(lay.view_shape)
         keep = any(ctx.needs_input_grad[:3])          # a backward may come
         # x - mu goes straight into y when nothing is kept, and (4)-(5) then work in place
@@ -300,9 +299,8 @@ class Normalize(torch.autograd.Function):
             return rows.backward_function(ctx, grad_y, kept, inv_std, weight, x)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        need_w = need_w and weight is not None
-        need_b = need_b and bias is not None
-        ndim = len(lay.view_shape)
+        need_w, need_b = need_w and weight is not None, need_b and bias is not None
+        ndim, fmt = len(lay.view_shape), output_format(lay, x)   # fmt: torch's memory format
         g = grad_y.reshape(lay.view_shape).to(kept.dtype)            # g = dL/dy
         w = None if weight is None else weight.to(kept.dtype).reshape(lay.affine_view_shape)
         # x_hat = kept * per_kept: (x - mu) * r (BN, IN, GN), or x_hat itself (LN, RMSNorm)
@@ -324,7 +322,7 @@ class Normalize(torch.autograd.Function):
             else:
                 # r is constant on S: sum g x_hat = r sum g (x - mu).  The product goes into
                 # the tensor that dx is then written over: one full-size tensor per pass
-                out = torch.empty(lay.shape, dtype=g.dtype, device=g.device)
+                out = torch.empty_like(x, dtype=g.dtype, memory_format=fmt)
                 sum_gxhat = sum_of_products(g, kept, inner, out=out.view(g.shape)) * per_kept
 
         grad_x = grad_w = grad_b = None
@@ -333,8 +331,8 @@ class Normalize(torch.autograd.Function):
         if need_w:                                    # dL/dgamma = sum of g x_hat (5)
             grad_w = sum_keep(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
         if need_x:
-            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat,
-                                     inner, outer, param, need_w, out).to(ctx.x_dtype)
+            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
+                                     outer, param, need_w, out).to(ctx.x_dtype, memory_format=fmt)
         return grad_x, grad_w, grad_b, None, None
 
 

@@ -134,3 +134,54 @@ def test_row_blocks_at_their_real_size_match_torch():
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-3)
     with torch.no_grad():                                    # the no-gradient path too
         torch.testing.assert_close(F.layer_norm(x, (1024,), w, b), yr, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# memory format: outputs as torch's (channels_last kept by BN, GN and RMSNorm; IN and LN
+# return contiguous outputs), with and without gradients, values unchanged
+# ---------------------------------------------------------------------------------------
+C = 8
+_RM, _RV = torch.randn(C), torch.rand(C) + 0.5
+_W, _B = torch.rand(C) + 0.5, torch.randn(C)
+FORMAT_CASES = {
+    "batch train": lambda m, x: m.batch_norm(x, _RM.clone(), _RV.clone(), _W, _B, True),
+    "batch eval": lambda m, x: m.batch_norm(x, _RM, _RV, _W, _B, False),
+    "instance": lambda m, x: m.instance_norm(x, weight=_W, bias=_B),
+    "instance running": lambda m, x: m.instance_norm(x, _RM.clone(), _RV.clone(), _W, _B),
+    "group": lambda m, x: m.group_norm(x, 4, _W, _B),
+    "layer (C, *S)": lambda m, x: m.layer_norm(x, x.shape[1:]),
+    "layer last dim": lambda m, x: m.layer_norm(x, x.shape[-1:]),
+    "rms (C, *S)": lambda m, x: m.rms_norm(x, list(x.shape[1:])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORMAT_CASES))
+@pytest.mark.parametrize("shape, fmt", [((4, C, 5, 6), torch.channels_last),
+                                        ((2, C, 3, 4, 5), torch.channels_last_3d)])
+@pytest.mark.parametrize("with_grad", [False, True])
+def test_outputs_keep_the_memory_format_torch_keeps(case, shape, fmt, with_grad):
+    fn = FORMAT_CASES[case]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(memory_format=fmt)
+    gy = torch.randn(shape).to(memory_format=fmt)
+    out = {}
+    for name, mod in (("torch", TF), ("normcore", F)):
+        xs = x.detach().clone(memory_format=torch.preserve_format).requires_grad_(with_grad)
+        y = fn(mod, xs)
+        out[name] = (y, torch.autograd.grad(y, xs, gy)[0] if with_grad else None)
+    (yt, gt), (yn, gn) = out["torch"], out["normcore"]
+    assert yn.is_contiguous(memory_format=fmt) == yt.is_contiguous(memory_format=fmt)
+    assert yn.is_contiguous() == yt.is_contiguous()
+    torch.testing.assert_close(yn, yt, rtol=1e-4, atol=1e-4)
+    if with_grad:
+        assert gn.is_contiguous(memory_format=fmt) == gt.is_contiguous(memory_format=fmt)
+        torch.testing.assert_close(gn, gt, rtol=1e-4, atol=1e-4)
+
+
+def test_the_memory_format_check_can_fail():
+    """torch's BatchNorm keeps channels_last; an output made contiguous would not."""
+    x = torch.randn(4, C, 5, 6).to(memory_format=torch.channels_last)
+    y = F.batch_norm(x, _RM, _RV, _W, _B, False)
+    assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+    assert core.output_format(axes.layout("batch", x.shape), x) == torch.channels_last
+    assert core.output_format(axes.layout("instance", x.shape), x) == torch.contiguous_format
+    assert core.output_format(axes.layout("batch", x.shape), x.contiguous()) == torch.contiguous_format
