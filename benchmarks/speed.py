@@ -101,6 +101,23 @@ def _cases(quick: bool):
          lambda w: TF.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
                                  momentum=0.0, eps=1e-6).reshape_as(w)),
     ]
+    # channels_last inputs: torch's kernels keep the format (BN, GN); so does normcore
+    xc = x.contiguous(memory_format=torch.channels_last)
+    cl = "channels_last"
+    cases += [
+        (f"batch_norm train {cl}", big, xc, [w, b],
+         lambda x, w, b: F.batch_norm(x, rm, rv, w, b, True),
+         lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, True)),
+        (f"batch_norm eval {cl}", big, xc, [w, b],
+         lambda x, w, b: F.batch_norm(x, rm, rv, w, b, False),
+         lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, False)),
+        (f"instance_norm {cl}", big, xc, [w, b],
+         lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+         lambda x, w, b: TF.instance_norm(x, weight=w, bias=b)),
+        (f"group_norm G=32 {cl}", big, xc, [w, b],
+         lambda x, w, b: F.group_norm(x, 32, w, b),
+         lambda x, w, b: TF.group_norm(x, 32, w, b)),
+    ]
     if G is not None:
         cases += [
             ("grad.batch_norm_train", big, x, [w, b],
@@ -141,9 +158,11 @@ def _time(run) -> float:
     return time.perf_counter() - t0
 
 
-def measure(reps: int, quick: bool):
+def measure(reps: int, quick: bool, only: str | None = None):
     rows = []
     for name, shape, x, params, ours, theirs in _cases(quick):
+        if only and only not in name:
+            continue
         for backward in (False, True):
             a, b = _runner(ours, x, params, backward), _runner(theirs, x, params, backward)
             for _ in range(3):  # warm-up
@@ -276,6 +295,7 @@ def main() -> None:
     ap.add_argument("--json", metavar="PATH",
                     help="measure the layers of the chapter 'Choosing a normalization' and "
                          "write them to PATH (normcore/cost.json)")
+    ap.add_argument("--only", metavar="TEXT", help="measure only the ops whose name contains TEXT")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's); 1 is steadier on a shared machine")
     args = ap.parse_args()
@@ -286,14 +306,14 @@ def main() -> None:
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
           f"median of {args.reps} interleaved runs; target ratio <= {TARGET}")
-    rows = measure(args.reps, args.quick)
-    print(f"{'op':26s} {'pass':8s} {'shape':20s} {'normcore ms':>12s} {'torch ms':>10s} "
+    rows = measure(args.reps, args.quick, args.only)
+    print(f"{'op':30s} {'pass':8s} {'shape':20s} {'normcore ms':>12s} {'torch ms':>10s} "
           f"{'ratio':>6s} {'min':>6s}")
     worst = 0.0
     for name, kind, shape, ma, mb, r, rmin in rows:
         flag = "" if r <= TARGET else "  > target"
         worst = max(worst, r)
-        print(f"{name:26s} {kind:8s} {str(shape):20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
+        print(f"{name:30s} {kind:8s} {str(shape):20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
               f"{rmin:6.2f}{flag}")
     print(f"worst ratio: {worst:.2f} ({'within' if worst <= TARGET else 'above'} the {TARGET} target)")
 
