@@ -1,4 +1,5 @@
-r"""LayerNorm and RMSNorm over their rows, a cache-sized block of rows at a time.
+r"""LayerNorm and RMSNorm over their rows, a cache-sized block of rows at a time; GroupNorm
+and InstanceNorm with nothing full-size kept for the backward.
 
 When :math:`\gamma, \beta` vary along every dim of the set :math:`S` (LayerNorm, RMSNorm:
 gamma has ``normalized_shape``) and :math:`S` is the input's trailing dims, the view
@@ -31,6 +32,12 @@ and finally the boxed formula written into the gradient's rows:
 
     \frac{\partial L}{\partial x} = r\Big(g\gamma - \frac{\sum_S d}{n}
         - \hat x\,\frac{\sum_S d\hat x}{n}\Big).
+
+GroupNorm and InstanceNorm (:func:`forward_groups`, :func:`backward_groups`) take the plain
+path's steps, but where it keeps a full-size :math:`x-\mu` for the backward (a second fresh
+tensor beside the output), the backward here recomputes it from x into the gradient's own
+buffer: two more passes, one fresh tensor fewer per step (measured: GN at (32, 64, 32, 32)
+forward and backward 2.7-3.2x torch's time before, 2.2-2.4x after, on one thread).
 """
 from __future__ import annotations
 
@@ -52,11 +59,17 @@ MIN_ELEMENTS = 1 << 20
 
 
 def applies(lay: Layout, x: torch.Tensor) -> bool:
-    """True when ``lay``'s sets are the rows of ``x``'s ``(sets, |S|)`` view with gamma along
-    all of :math:`S` (LayerNorm, RMSNorm), and ``x`` is contiguous and large enough."""
+    """True when ``x`` is contiguous and large enough and either ``lay``'s sets are the rows
+    of the ``(sets, |S|)`` view with gamma along all of :math:`S` (LayerNorm, RMSNorm: by
+    blocks of rows), or the norm is GroupNorm or InstanceNorm with positions
+    (:func:`forward_groups`)."""
+    if x.numel() < MIN_ELEMENTS or not x.is_contiguous():
+        return False
+    if lay.norm in ("group", "instance"):
+        return x.dim() >= 3
     nd, k = len(lay.view_shape), len(lay.reduce_dims)
-    return (lay.norm in ("layer", "rms") and x.numel() >= MIN_ELEMENTS and x.is_contiguous()
-            and lay.reduce_dims == tuple(range(nd - k, nd)) and lay.num_sets > 1
+    return (lay.norm in ("layer", "rms") and lay.reduce_dims == tuple(range(nd - k, nd))
+            and lay.num_sets > 1
             and tuple(lay.affine_view_shape[nd - k:]) == tuple(lay.view_shape[nd - k:]))
 
 
@@ -157,12 +170,88 @@ def backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, inv_std: torc
 
 
 # ---------------------------------------------------------------------------------------
+# GroupNorm and InstanceNorm: nothing full-size kept, x - mu recomputed in the backward
+# ---------------------------------------------------------------------------------------
+def _group_view(lay: Layout):
+    """``(N, G, C/G, P)`` with ``P`` the number of positions: GN's view with the positions
+    flattened, and IN's as GN with one channel per group."""
+    N, G = lay.view_shape[0], lay.view_shape[1]
+    P = lay.set_size * G // lay.shape[1] if lay.norm == "group" else lay.set_size
+    return N, G, lay.shape[1] // G, P
+
+
+def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
+    r"""GN, IN: the plain path's steps (a row sum, x - mu into the output, the squared
+    norm of each centered set, then :math:`(x-\mu)(\gamma r) + \beta` in place); the
+    backward gets x, mu and r, not the full-size x - mu the plain path keeps, so that the
+    output is the only full-size tensor made (each fresh one costs its page faults)."""
+    cdt = compute_dtype(x.dtype)
+    N, G, Cg, P = _group_view(lay)
+    stats = torch.empty(3, N * G, 1, dtype=cdt, device=x.device)
+    mean, var, inv = stats[0], stats[1], stats[2]
+    xv = x.reshape(N, G, Cg, P).to(cdt)
+    y = torch.empty(lay.shape, dtype=cdt, device=x.device)
+    yv = y.view(N, G, Cg, P)
+    torch.sum(xv.reshape(N * G, -1), 1, keepdim=True, out=mean).div_(lay.set_size)      # mu
+    torch.sub(xv, mean.view(N, G, 1, 1), out=yv)                                    # x - mu
+    torch.linalg.vector_norm(yv.view(N * G, -1), dim=1, keepdim=True, out=var)
+    var.square_().div_(lay.set_size)                                                # sigma^2
+    torch.add(var, eps, out=inv).rsqrt_()                                           # r
+    scale = inv.view(N, G, 1, 1)
+    if weight is not None:
+        scale = scale * weight.to(cdt).view(1, G, Cg, 1)                            # gamma r
+    yv.mul_(scale)
+    if bias is not None:
+        yv.add_(bias.to(cdt).view(1, G, Cg, 1))                                     # + beta
+    shape = lay.stat_shape
+    return y, mean.reshape(shape), var.reshape(shape), inv.reshape(shape)
+
+
+def backward_groups(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+                    inv_std: torch.Tensor, weight, lay: Layout, need_x: bool, need_w: bool,
+                    need_b: bool, x_dtype: torch.dtype, bias_dtype: torch.dtype | None):
+    r"""GN, IN: the boxed formula with gamma constant over the positions (module docstring of
+    :mod:`normcore.grad`), x - mu recomputed into the gradient's own buffer: once for
+    :math:`\sum g\,(x-\mu)` per channel, once for the gradient.  Returns the three
+    gradients in the dtypes of x, gamma and beta (None where not needed)."""
+    cdt = inv_std.dtype
+    N, G, Cg, P = _group_view(lay)
+    n = lay.set_size
+    mu, r = mean.reshape(N, G, 1, 1), inv_std.reshape(N, G, 1, 1)
+    w = None if weight is None else weight.to(cdt).view(1, G, Cg, 1)
+    sums = torch.empty(2, N, G, Cg, 1, dtype=cdt, device=g.device)
+    xv, gv = x.reshape(N, G, Cg, P).to(cdt), g.reshape(N, G, Cg, P).to(cdt)
+    torch.sum(gv.reshape(-1, P), 1, keepdim=True, out=sums[0].view(-1, 1))         # sum_P g
+    sum_g, sum_gxhat = sums[0], sums[1]
+    dx = None
+    if need_x or need_w:
+        dx = torch.empty(lay.shape, dtype=cdt, device=g.device)
+        out = dx.view(N, G, Cg, P)
+        torch.sub(xv, mu, out=out).mul_(gv)                                         # g (x - mu)
+        torch.sum(out.view(-1, P), 1, keepdim=True, out=sum_gxhat.view(-1, 1))
+        sum_gxhat.mul_(r)                                                           # sum_P g x_hat
+    if need_x:
+        # per group, with d = gamma g: sum_S d and sum_S d x_hat, then
+        # dL/dx = g (gamma r) + (x - mu) (-r^2 sum_S(d x_hat) / n) - r sum_S(d) / n
+        d, dxh = (sum_g, sum_gxhat) if w is None else (sum_g * w, sum_gxhat * w)
+        slope = dxh.sum(2, keepdim=True).mul_(r * r * (-1.0 / n))
+        shift = d.sum(2, keepdim=True).mul_(r * (-1.0 / n))
+        torch.sub(xv, mu, out=out).mul_(slope).add_(shift)
+        out.addcmul_(gv, r if w is None else r * w)
+    shape = lay.affine_shape
+    return (dx.to(x_dtype) if need_x else None,
+            sum_gxhat.sum(0).reshape(shape).to(weight.dtype) if need_w else None,
+            sum_g.sum(0).reshape(shape).to(bias_dtype) if need_b else None)
+
+
+# ---------------------------------------------------------------------------------------
 # normcore.grad.Normalize's forward and backward when :func:`applies`
 # ---------------------------------------------------------------------------------------
 def forward_function(ctx, x, weight, bias, lay: Layout, eps: float):
     """:func:`forward` inside ``Normalize.forward``: saves the mean (where the plain path
     keeps x - mu or x_hat), r, gamma, x and beta; ``ctx.kept_is_xhat = None`` marks it."""
-    y, mean, var, inv_std = forward(x, lay, eps, weight, bias)
+    run = forward_groups if lay.norm in ("group", "instance") else forward
+    y, mean, var, inv_std = run(x, lay, eps, weight, bias)
     ctx.save_for_backward(mean, inv_std, weight, x, bias)
     ctx.kept_is_xhat, ctx.lay, ctx.eps = None, lay, eps
     ctx.bias_dtype = None if bias is None else bias.dtype
@@ -176,6 +265,7 @@ def backward_function(ctx, grad_y, mean, inv_std, weight, x):
     """:func:`backward` inside ``Normalize.backward``: its five gradients."""
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     has_b = ctx.bias_dtype is not None
-    grads = backward(grad_y, x, mean, inv_std, weight, ctx.lay, need_x,
+    run = backward_groups if ctx.lay.norm in ("group", "instance") else backward
+    grads = run(grad_y, x, mean, inv_std, weight, ctx.lay, need_x,
                      need_w and weight is not None, need_b and has_b, ctx.x_dtype, ctx.bias_dtype)
     return grads + (None, None)

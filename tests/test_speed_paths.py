@@ -1,7 +1,7 @@
-"""The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows
-(normcore.rows) against core.normalize_formula, grad.boxed_backward and torch, on the shapes
-that select the path and on shapes that do not; and outputs keep the memory format torch's
-do (channels_last)."""
+"""The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows, and
+GroupNorm and InstanceNorm recomputing x - mu (normcore.rows), against
+core.normalize_formula, grad.boxed_backward and torch, on the shapes that select the paths
+and on shapes that do not; and outputs keep the memory format torch's do (channels_last)."""
 from __future__ import annotations
 
 import pytest
@@ -104,10 +104,10 @@ def test_row_blocks_in_half_precision_match_torch(small_blocks, dtype):
 @pytest.mark.parametrize("norm, shape, G, k", [
     ("group", (4, 6, 5), 3, None), ("instance", (4, 3, 7), None, None),
     ("batch", (5, 3, 4), None, None), ("layer", (3, 5, 8), None, 1)])
-def test_other_layouts_and_layouts_made_non_contiguous_take_the_plain_path(small_blocks, norm, shape, G, k):
+def test_batch_norm_and_inputs_made_non_contiguous_take_the_plain_path(small_blocks, norm, shape, G, k):
     lay = axes.layout(norm, shape, G, k)
     x = torch.randn(shape, dtype=torch.float64)
-    assert rows.applies(lay, x) == (norm == "layer")
+    assert rows.applies(lay, x) == (norm != "batch")
     xt = torch.randn(tuple(reversed(shape)), dtype=torch.float64).permute(*range(len(shape) - 1, -1, -1))
     assert not rows.applies(lay, xt)              # a permuted input: the plain path
     xt.requires_grad_(True)
@@ -134,6 +134,77 @@ def test_row_blocks_at_their_real_size_match_torch():
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-3)
     with torch.no_grad():                                    # the no-gradient path too
         torch.testing.assert_close(F.layer_norm(x, (1024,), w, b), yr, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# GroupNorm and InstanceNorm: x - mu recomputed in the backward (rows.forward_groups)
+# ---------------------------------------------------------------------------------------
+GROUP_CASES = [("group", (3, 6, 5), 3), ("group", (2, 6, 3, 4), 2), ("group", (2, 4, 3, 2, 3), 4),
+               ("group", (3, 4, 7), 1), ("instance", (3, 4, 7), None), ("instance", (2, 3, 4, 5), None)]
+
+
+@pytest.mark.parametrize("norm, shape, G", GROUP_CASES)
+@pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
+def test_group_path_equals_the_formula_and_the_boxed_backward(small_blocks, norm, shape, G, affine):
+    gen = torch.Generator().manual_seed(len(shape) * 13 + (G or 0))
+    lay = axes.layout(norm, shape, G)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
+    assert rows.applies(lay, x)
+    w = b = None
+    if affine in ("both", "weight"):
+        w = (torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    if affine in ("both", "bias"):
+        b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64).requires_grad_(True)
+    gy = torch.randn(shape, generator=gen, dtype=torch.float64)
+    y, mean, var = grad.Normalize.apply(x, w, b, lay, 1e-5)
+    ref = core.normalize_formula(x, lay, 1e-5, w, b)
+    torch.testing.assert_close(y, ref.output)
+    torch.testing.assert_close(mean, ref.mean)
+    torch.testing.assert_close(var, ref.var)
+    leaves = [t for t in (x, w, b) if t is not None]
+    fast = torch.autograd.grad(y, leaves, gy, retain_graph=True)
+    st = core.standardize(x.detach(), lay, 1e-5)
+    boxed = grad.boxed_backward(gy, st.xhat, st.inv_std, None if w is None else w.detach(), lay)
+    torch.testing.assert_close(fast[0], boxed[0])
+    if w is not None:
+        torch.testing.assert_close(fast[1], boxed[1])
+    if b is not None:
+        torch.testing.assert_close(fast[-1], boxed[2])
+    again = torch.autograd.grad(y, leaves, gy)
+    for a, f in zip(again, fast):
+        torch.testing.assert_close(a, f, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
+def test_group_path_gives_only_the_gradients_asked_for(small_blocks, wanted):
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 6, 4, 5, generator=gen, dtype=torch.float64)
+    w = torch.rand(6, generator=gen, dtype=torch.float64) + 0.5
+    b = torch.randn(6, generator=gen, dtype=torch.float64)
+    gy = torch.randn(3, 6, 4, 5, generator=gen, dtype=torch.float64)
+    leaf = {"x": x, "weight": w, "bias": b}[wanted].requires_grad_(True)
+    got = torch.autograd.grad(grad.group_norm(x, 3, w, b), leaf, gy)[0]
+    xr, wr, br = (t.detach().clone().requires_grad_(t is leaf) for t in (x, w, b))
+    ref = torch.autograd.grad(TF.group_norm(xr, 3, wr, br), {"x": xr, "weight": wr, "bias": br}[wanted], gy)[0]
+    torch.testing.assert_close(got, ref)
+
+
+def test_group_path_is_twice_differentiable_and_matches_torch_in_bfloat16(small_blocks):
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 4, 3, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(4, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    b = torch.randn(4, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x, w, b: grad.group_norm(x, 2, w, b), (x, w, b))
+    xb = torch.randn(4, 8, 5, 5, generator=gen).bfloat16().requires_grad_(True)
+    gy = torch.randn(4, 8, 5, 5, generator=gen).bfloat16()
+    y = F.group_norm(xb, 4)
+    got = torch.autograd.grad(y, xb, gy)[0]
+    xr = xb.detach().clone().requires_grad_(True)
+    yr = TF.group_norm(xr, 4)
+    ref = torch.autograd.grad(yr, xr, gy)[0]
+    assert y.dtype == got.dtype == torch.bfloat16
+    torch.testing.assert_close(y, yr, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
 
 
 # ---------------------------------------------------------------------------------------
