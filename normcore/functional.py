@@ -36,7 +36,8 @@ from . import _checks as checks
 from . import axes, rows, stats
 from ._checks import WS_CONVENTIONS
 from .axes import Layout
-from .core import Normalized, compute_dtype, normalize_formula, output_format
+from .core import (Normalized, compute_dtype, group_norm_channels_last, normalize_formula,
+                   output_format)
 from .grad import Normalize, WeightStandardize
 from .grad_dyt import DyTFunction, dyt_formula
 
@@ -62,13 +63,17 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     stays differentiable twice (``create_graph=True``).  A large LayerNorm or RMSNorm goes
     there without gradients too: it computes a block of rows at a time (:mod:`normcore.rows`).
     """
+    fmt = output_format(lay, x)
+    if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None
+            and not _needs_grad(x, weight, bias)):
+        return group_norm_channels_last(x, lay, eps, weight, bias)
     if ((_needs_grad(x, weight, bias) or rows.applies(lay, x)) and (mean is None or var is None)
             and correction == 0 and eps_mode == "inside"):
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
     out = normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
                             correction=correction, eps_mode=eps_mode)
     # the memory format of torch's output (the formula's follows the input's)
-    return out._replace(output=out.output.contiguous(memory_format=output_format(lay, x)))
+    return out._replace(output=out.output.contiguous(memory_format=fmt))
 
 
 # ---------------------------------------------------------------------------------------

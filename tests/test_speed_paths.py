@@ -256,3 +256,24 @@ def test_the_memory_format_check_can_fail():
     assert core.output_format(axes.layout("batch", x.shape), x) == torch.channels_last
     assert core.output_format(axes.layout("instance", x.shape), x) == torch.contiguous_format
     assert core.output_format(axes.layout("batch", x.shape), x.contiguous()) == torch.contiguous_format
+
+
+@pytest.mark.parametrize("shape, fmt", [((3, 8, 5, 6), torch.channels_last),
+                                        ((2, 8, 3, 4, 5), torch.channels_last_3d)])
+@pytest.mark.parametrize("G", [1, 4, 8])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
+    """Without gradients, GN on a channels_last input runs on the (N, P, G, C/G) view of its
+    memory (core.group_norm_channels_last): the formula's output and statistics."""
+    gen = torch.Generator().manual_seed(G)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).to(memory_format=fmt)
+    w = torch.rand(shape[1], generator=gen, dtype=torch.float64) + 0.5 if affine else None
+    b = torch.randn(shape[1], generator=gen, dtype=torch.float64) if affine else None
+    lay = axes.layout("group", shape, G)
+    got = core.group_norm_channels_last(x, lay, 1e-5, w, b)
+    ref = core.normalize_formula(x.contiguous(), lay, 1e-5, w, b)
+    torch.testing.assert_close(got.output, ref.output)
+    torch.testing.assert_close(got.mean, ref.mean)
+    torch.testing.assert_close(got.var, ref.var)
+    assert got.output.is_contiguous(memory_format=fmt)
+    torch.testing.assert_close(F.group_norm(x, G, w, b), got.output, rtol=0, atol=0)
