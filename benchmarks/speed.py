@@ -9,7 +9,9 @@ a noisy shared machine affects both alike.  The ratio is median(normcore) / medi
 the target is <= 2.0.  The column ``min`` is min(normcore) / min(torch), the ratio on the
 least disturbed runs: on a loaded machine every full-size op waits for its threads to be
 scheduled, and the medians move by several times from run to run while the minima stay.
-This is a benchmark, not a test: it prints, it does not assert.
+This is a benchmark, not a test: it prints, it does not assert.  The rows named
+``channels_last`` take the same input in that memory format (torch keeps it for BN and GN, and
+so does normcore); ``--only TEXT`` measures only the rows whose name contains TEXT.
 
 ``--json PATH`` measures instead the layers of the chapter "Choosing a normalization" at one
 realistic size, an image activation of shape (8, 64, 56, 56) (a ResNet's first stage; with
