@@ -20,25 +20,16 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(rows, "BLOCK_ELEMENTS", 40)
 
 
-ROW_CASES = [  # (norm, shape, normalized_ndim, affine): rows of 8, 12 and 35 elements
-    *[("layer", shape, k, affine) for shape, k in (((3, 5, 8), 1), ((6, 3, 4), 2), ((2, 5, 7), 2))
-      for affine in ("both", "weight", "bias", "none")],
-    *[("rms", shape, 1, affine) for shape in ((3, 5, 8), (6, 12)) for affine in ("weight", "none")],
-]
-
-
-@pytest.mark.parametrize("norm, shape, k, affine", ROW_CASES)
-def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm, shape, k, affine):
-    gen = torch.Generator().manual_seed(len(shape) * 11 + k)
-    lay = axes.layout(norm, shape, normalized_ndim=k)
-    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
-    assert rows.applies(lay, x) and len(rows._blocks(lay.num_sets, lay.set_size)) > 1
+def _fast_path_equals_the_reference(lay, x, affine, gen):
+    """Normalize on ``lay`` (a fast path) against the formula (output, statistics) and the
+    boxed backward (each gradient), and a second backward through the same graph against
+    the first (nothing saved was overwritten)."""
     w = b = None
     if affine in ("both", "weight"):
         w = (torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
     if affine in ("both", "bias"):
         b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64).requires_grad_(True)
-    gy = torch.randn(shape, generator=gen, dtype=torch.float64)
+    gy = torch.randn(x.shape, generator=gen, dtype=torch.float64)
     y, mean, var = grad.Normalize.apply(x, w, b, lay, 1e-5)
     ref = core.normalize_formula(x, lay, 1e-5, w, b)
     torch.testing.assert_close(y, ref.output)
@@ -53,10 +44,25 @@ def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm,
         torch.testing.assert_close(fast[1], boxed[1])
     if b is not None:
         torch.testing.assert_close(fast[-1], boxed[2])
-    # a second backward through the same graph gives the same (nothing saved was overwritten)
     again = torch.autograd.grad(y, leaves, gy)
     for a, f in zip(again, fast):
         torch.testing.assert_close(a, f, rtol=0, atol=0)
+
+
+ROW_CASES = [  # (norm, shape, normalized_ndim, affine): rows of 8, 12 and 35 elements
+    *[("layer", shape, k, affine) for shape, k in (((3, 5, 8), 1), ((6, 3, 4), 2), ((2, 5, 7), 2))
+      for affine in ("both", "weight", "bias", "none")],
+    *[("rms", shape, 1, affine) for shape in ((3, 5, 8), (6, 12)) for affine in ("weight", "none")],
+]
+
+
+@pytest.mark.parametrize("norm, shape, k, affine", ROW_CASES)
+def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm, shape, k, affine):
+    gen = torch.Generator().manual_seed(len(shape) * 11 + k)
+    lay = axes.layout(norm, shape, normalized_ndim=k)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
+    assert rows.applies(lay, x) and len(rows._blocks(lay.num_sets, lay.set_size)) > 1
+    _fast_path_equals_the_reference(lay, x, affine, gen)
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
@@ -150,29 +156,7 @@ def test_group_path_equals_the_formula_and_the_boxed_backward(small_blocks, norm
     lay = axes.layout(norm, shape, G)
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
     assert rows.applies(lay, x)
-    w = b = None
-    if affine in ("both", "weight"):
-        w = (torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
-    if affine in ("both", "bias"):
-        b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64).requires_grad_(True)
-    gy = torch.randn(shape, generator=gen, dtype=torch.float64)
-    y, mean, var = grad.Normalize.apply(x, w, b, lay, 1e-5)
-    ref = core.normalize_formula(x, lay, 1e-5, w, b)
-    torch.testing.assert_close(y, ref.output)
-    torch.testing.assert_close(mean, ref.mean)
-    torch.testing.assert_close(var, ref.var)
-    leaves = [t for t in (x, w, b) if t is not None]
-    fast = torch.autograd.grad(y, leaves, gy, retain_graph=True)
-    st = core.standardize(x.detach(), lay, 1e-5)
-    boxed = grad.boxed_backward(gy, st.xhat, st.inv_std, None if w is None else w.detach(), lay)
-    torch.testing.assert_close(fast[0], boxed[0])
-    if w is not None:
-        torch.testing.assert_close(fast[1], boxed[1])
-    if b is not None:
-        torch.testing.assert_close(fast[-1], boxed[2])
-    again = torch.autograd.grad(y, leaves, gy)
-    for a, f in zip(again, fast):
-        torch.testing.assert_close(a, f, rtol=0, atol=0)
+    _fast_path_equals_the_reference(lay, x, affine, gen)
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
