@@ -67,7 +67,9 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None
             and not _needs_grad(x, weight, bias)):
         return group_norm_channels_last(x, lay, eps, weight, bias)
-    if ((_needs_grad(x, weight, bias) or rows.applies(lay, x)) and (mean is None or var is None)
+    # a large LN or RMSNorm goes to Normalize without gradients too (by blocks of rows)
+    by_rows = lay.norm in ("layer", "rms") and rows.applies(lay, x)
+    if ((_needs_grad(x, weight, bias) or by_rows) and (mean is None or var is None)
             and correction == 0 and eps_mode == "inside"):
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
     out = normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
