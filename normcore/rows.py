@@ -49,9 +49,9 @@ from .core import compute_dtype
 __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward",
            "forward_function", "backward_function"]
 
-#: elements per block: 2 MB in float32, so that a block of x, of the output and a temporary
-#: stay in cache (measured at (8192, 512): blocks of 256, 1024, 4096 and 8192 rows took
-#: 11.8, 10.3, 13.3 and 21.7 ms for forward and backward, on one thread)
+#: elements per block and thread: 2 MB in float32, so that a block of x, of the output and a
+#: temporary stay in cache (measured at (8192, 512): blocks of 256, 1024, 4096 and 8192 rows
+#: took 11.8, 10.3, 13.3 and 21.7 ms for forward and backward, on one thread)
 BLOCK_ELEMENTS = 1 << 19
 #: below this size the whole tensor is one block and the per-block Python steps cost more
 #: than they save: the plain path of :class:`normcore.grad.Normalize` runs instead
@@ -74,7 +74,10 @@ def applies(lay: Layout, x: torch.Tensor) -> bool:
 
 
 def _blocks(rows: int, row_size: int):
-    step = max(1, BLOCK_ELEMENTS // max(row_size, 1))
+    """``(start, stop)`` of each block of rows: :data:`BLOCK_ELEMENTS` per thread, so that
+    each op of a block still splits across torch's threads, and there are no more blocks
+    (every op a parallel region, and on a loaded machine each costs a wait for a thread)."""
+    step = max(1, BLOCK_ELEMENTS * torch.get_num_threads() // max(row_size, 1))
     return [(s, min(s + step, rows)) for s in range(0, rows, step)]
 
 
