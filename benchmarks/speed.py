@@ -154,10 +154,14 @@ def _runner(fn, x, params, backward: bool):
     return run
 
 
+#: the clock: wall time, or with ``--cpu-time`` the CPU time of this thread (one thread only)
+CLOCK = time.perf_counter
+
+
 def _time(run) -> float:
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     run()
-    return time.perf_counter() - t0
+    return CLOCK() - t0
 
 
 def measure(reps: int, quick: bool, only: str | None = None):
@@ -298,15 +302,25 @@ def main() -> None:
                     help="measure the layers of the chapter 'Choosing a normalization' and "
                          "write them to PATH (normcore/cost.json)")
     ap.add_argument("--only", metavar="TEXT", help="measure only the ops whose name contains TEXT")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time the CPU time of this thread instead of the wall time (with "
+                         "--threads 1): on a shared machine it leaves out the time the process "
+                         "waits for a core, not the cost of page faults or a shared cache")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's); 1 is steadier on a shared machine")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        if torch.get_num_threads() != 1:
+            ap.error("--cpu-time counts this thread only: use it with --threads 1")
+        global CLOCK
+        CLOCK = time.thread_time
     if args.json:
         measure_json(args.reps, args.quick, args.json)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
+          f"{'CPU time of the thread' if args.cpu_time else 'wall time'}, "
           f"median of {args.reps} interleaved runs; target ratio <= {TARGET}")
     rows = measure(args.reps, args.quick, args.only)
     print(f"{'op':30s} {'pass':8s} {'shape':20s} {'normcore ms':>12s} {'torch ms':>10s} "
