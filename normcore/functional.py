@@ -62,6 +62,9 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     reductions and one fused pass instead of autograd's walk back through every step.  It
     stays differentiable twice (``create_graph=True``).  A large LayerNorm or RMSNorm goes
     there without gradients too: it computes a block of rows at a time (:mod:`normcore.rows`).
+    GroupNorm on a ``channels_last`` input without gradients runs
+    :func:`normcore.core.group_norm_channels_last`.  Outputs take torch's memory format
+    (:func:`normcore.core.output_format`).
     """
     fmt = output_format(lay, x)
     if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None

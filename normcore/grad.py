@@ -254,13 +254,13 @@ class Normalize(torch.autograd.Function):
 
     What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
     part of each set (:func:`~normcore.core.scale_is_small`: :math:`\hat x` is never formed);
-    :math:`\hat x` for LN and RMSNorm, whose gamma multiplies it element by element, or on
-    large inputs nothing full-size (:mod:`normcore.rows` recomputes it from x, by blocks).
+    :math:`\hat x` for LN and RMSNorm, whose gamma multiplies it element by element; on
+    large inputs nothing full-size (:mod:`normcore.rows` recomputes from x what it needs).
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, lay: Layout, eps: float):
-        if rows.applies(lay, x):            # large LN, RMSNorm: by blocks of rows (normcore.rows)
+        if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
             return rows.forward_function(ctx, x, weight, bias, lay, eps)
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
         # The output: fresh (a view could not be modified in place), in torch's memory format
