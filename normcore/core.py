@@ -50,6 +50,18 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in LOW_PRECISION else dtype
 
 
+def output_format(lay: Layout, x: torch.Tensor) -> torch.memory_format:
+    """The memory format of torch's output for this norm and input: the input's
+    ``channels_last`` (4-d) or ``channels_last_3d`` (5-d) for BN, GN and RMSNorm, as
+    torch's kernels keep it; contiguous for IN and LN, whose torch kernels make the input
+    contiguous first; contiguous for any other input."""
+    if lay.norm in ("batch", "group", "rms") and not x.is_contiguous():
+        for nd, fmt in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+            if x.dim() == nd and x.is_contiguous(memory_format=fmt):
+                return fmt
+    return torch.contiguous_format
+
+
 class Normalized(NamedTuple):
     """What :func:`normalize_formula` returns: the output and the statistics it used, in the
     layout's view (``keepdim`` shape); ``var`` is the mean square for an uncentered layout."""
@@ -220,6 +232,33 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     reuse = not recording and centered is not xv and writes_in_place()
     y = apply_affine(centered, inv_std, lay, weight, bias, out=centered if reuse else None)  # (4)-(5)
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
+
+
+def group_norm_channels_last(x: torch.Tensor, lay: Layout, eps: float, weight=None,
+                             bias=None) -> Normalized:
+    r"""GroupNorm's formula, without autograd, on a ``channels_last`` (or
+    ``channels_last_3d``) input, through the view of its memory ``(N, P, G, C/G)`` (``P``
+    positions), which is contiguous.  The same steps as :func:`normalize_formula` (two-pass
+    statistics, centering first), summed over the positions first and then over the
+    ``C/G`` channels of a group: on the ``(N, G, C/G, *S)`` view of such an input every pass
+    strides over its innermost ``C/G`` channels and runs 10-20x slower than torch's kernel.
+    The output is ``channels_last`` as torch's."""
+    cdt = compute_dtype(x.dtype)
+    N, C, G = x.shape[0], x.shape[1], lay.num_groups
+    xp = x.movedim(1, -1).reshape(N, -1, G, C // G).to(cdt)           # (N, P, G, C/G)
+    y = torch.empty_like(x, dtype=cdt)                                  # channels_last
+    yp = y.movedim(1, -1).view(xp.shape)
+    n = lay.set_size
+    mean = xp.sum(1, keepdim=True).sum(3, keepdim=True) / n            # mu, (N, 1, G, 1)
+    torch.sub(xp, mean.expand(-1, -1, -1, xp.shape[3]).contiguous(), out=yp)   # x - mu
+    var = yp.square().sum(1, keepdim=True).sum(3, keepdim=True) / n     # sigma^2
+    scale = inverse_std(var, eps).expand(-1, -1, -1, xp.shape[3])     # r
+    if weight is not None:
+        scale = scale * weight.to(cdt).view(1, 1, G, -1)                # gamma r
+    yp.mul_(scale.contiguous())
+    if bias is not None:
+        yp.add_(bias.to(cdt).view(1, 1, G, -1))                         # + beta
+    return Normalized(y.to(x.dtype), mean.reshape(lay.stat_shape), var.reshape(lay.stat_shape))
 
 
 class Standardized(NamedTuple):

@@ -38,10 +38,11 @@ from __future__ import annotations
 import torch
 
 from . import _checks as checks
-from . import axes, stats
+from . import axes, rows, stats
 from ._checks import WS_CONVENTIONS
 from .axes import Layout
-from .core import Normalized, compute_dtype, normalize_formula
+from .core import (Normalized, compute_dtype, group_norm_channels_last, normalize_formula,
+                   output_format, writes_in_place)
 from .grad import Normalize, WeightStandardize
 from .grad_dyt import DyTFunction, dyt_formula
 
@@ -72,6 +73,10 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
     backward is the hand-derived one: two reductions and one fused pass instead of
     autograd's walk back through every step.  It stays differentiable twice
     (``create_graph=True``).  ``backward="autograd"`` differentiates the formula instead.
+    A large LayerNorm or RMSNorm goes to the Function without gradients too: it computes a
+    block of rows at a time (:mod:`normcore.rows`).  GroupNorm on a ``channels_last`` input
+    without gradients runs :func:`normcore.core.group_norm_channels_last`.  Outputs take
+    torch's memory format (:func:`normcore.core.output_format`).
 
     The primitive takes ``eps = 0`` (the ops refuse it): the book uses it to show what eps
     is for, and an exercise's "left eps out" variant is this formula with ``eps = 0``.
@@ -90,11 +95,20 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
 def _normalize(x, lay, eps, weight=None, bias=None, *, mean=None, var=None, correction=0,
                eps_mode="inside", backward="derived") -> Normalized:
     """:func:`normalize` on checked arguments (the ops below check their own)."""
-    if (_derived(backward, x, weight, bias) and (mean is None or var is None)
+    derived = _derived(backward, x, weight, bias)
+    fmt = output_format(lay, x)
+    if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None
+            and not derived and backward == "derived" and writes_in_place()):
+        return group_norm_channels_last(x, lay, eps, weight, bias)
+    # a large LN or RMSNorm goes to Normalize without gradients too (by blocks of rows)
+    by_rows = backward == "derived" and lay.norm in ("layer", "rms") and rows.applies(lay, x)
+    if ((derived or by_rows) and (mean is None or var is None)
             and correction == 0 and eps_mode == "inside"):
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
-    return normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
-                             correction=correction, eps_mode=eps_mode)
+    out = normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
+                            correction=correction, eps_mode=eps_mode)
+    # the memory format of torch's output (the formula's follows the input's)
+    return out._replace(output=out.output.contiguous(memory_format=fmt))
 
 
 # ---------------------------------------------------------------------------------------

@@ -165,10 +165,11 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from . import rows
 from .axes import Layout, layout
 from .core import (affine_out_of_place, apply_affine, compute_dtype, inverse_std,
-                   moments, scale_is_small, standardize, sum_keep, sum_of_products,
-                   writes_in_place)
+                   moments, output_format, scale_is_small, standardize, sum_keep,
+                   sum_of_products, writes_in_place)
 
 # The ops that run these Functions are those of normcore.functional (``backward="derived"``,
 # their default): one op per name.
@@ -253,25 +254,29 @@ class Normalize(torch.autograd.Function):
     are there for running statistics, ``kept`` and ``inv_std`` for the backward.
 
     What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
-    part of each set (:func:`normcore.core.scale_is_small`), so that
-    :math:`y = (x-\mu)(\gamma r) + \beta` never forms :math:`\hat x = (x-\mu)\,r`; and
-    :math:`\hat x` itself for LN and RMSNorm, whose gamma multiplies it element by element.
+    part of each set (:func:`~normcore.core.scale_is_small`: :math:`\hat x` is never formed);
+    :math:`\hat x` for LN and RMSNorm, whose gamma multiplies it element by element; on
+    large inputs nothing full-size (:mod:`normcore.rows` recomputes from x what it needs).
     """
 
     generate_vmap_rule = True   # torch.func.vmap batches forward and backward as they are
 
     @staticmethod
     def forward(x, weight, bias, lay: Layout, eps: float):
+        if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
+            y, mean, var, inv_std = rows.forward_function(x, weight, bias, lay, eps)
+            return y, mean, var, mean.new_empty(0), inv_std   # rows keeps no x - mu
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
         mean, var, centered = moments(xv, lay)                                 # (1)-(2)
         inv_std = inverse_std(var, eps)                                        # (3)
+        fmt = output_format(lay, x)                    # torch's memory format
         if not writes_in_place():                      # torch.func: out of place
             xhat = centered * inv_std                                          # (4)
-            y = affine_out_of_place(xhat, lay, weight, bias).reshape(lay.shape).to(x.dtype)  # (5)
+            y = affine_out_of_place(xhat, lay, weight, bias).reshape(lay.shape)  # (5)
+            y = y.to(x.dtype).contiguous(memory_format=fmt)
             return y, mean, var, centered if scale_is_small(lay) else xhat, inv_std
-        # The output: a fresh tensor of the input's shape, written through the view (an
-        # output that were a view could not be modified in place by the caller)
-        y = torch.empty(lay.shape, dtype=xv.dtype, device=xv.device)
+        # The output: fresh (a view could not be modified in place), in torch's memory format
+        y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)
         yv = y.view(lay.view_shape)
         if scale_is_small(lay):
             apply_affine(centered, inv_std, lay, weight, bias, out=yv)         # (4)-(5)
@@ -285,8 +290,10 @@ class Normalize(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, weight, bias, lay, eps = inputs
         _, mean, var, kept, inv_std = output
-        ctx.save_for_backward(kept, inv_std, weight, x, bias)
-        ctx.kept_is_xhat, ctx.lay, ctx.eps = not scale_is_small(lay), lay, eps
+        by_rows = rows.applies(lay, x)       # normcore.rows: the mean where `kept` would be
+        ctx.save_for_backward(mean if by_rows else kept, inv_std, weight, x, bias)
+        ctx.kept_is_xhat = None if by_rows else not scale_is_small(lay)
+        ctx.lay, ctx.eps = lay, eps
         ctx.bias_dtype, ctx.x_dtype = None if bias is None else bias.dtype, x.dtype
         ctx.mark_non_differentiable(mean, var, kept, inv_std)
         ctx.set_materialize_grads(False)     # no zero gradients for the other outputs
@@ -299,11 +306,12 @@ class Normalize(torch.autograd.Function):
         if torch.is_grad_enabled() or not writes_in_place():
             # a second derivative is coming, or torch.func (which always builds a graph)
             return _differentiable_backward(ctx, grad_y, x, weight)
+        if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is the mean
+            return rows.backward_function(ctx, grad_y, kept, inv_std, weight, x)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        need_w = need_w and weight is not None
-        need_b = need_b and bias is not None
-        ndim = len(lay.view_shape)
+        need_w, need_b = need_w and weight is not None, need_b and bias is not None
+        ndim, fmt = len(lay.view_shape), output_format(lay, x)   # fmt: torch's memory format
         g = grad_y.reshape(lay.view_shape).to(kept.dtype)            # g = dL/dy
         w = None if weight is None else weight.to(kept.dtype).reshape(lay.affine_view_shape)
         # x_hat = kept * per_kept: (x - mu) * r (BN, IN, GN), or x_hat itself (LN, RMSNorm)
@@ -325,7 +333,7 @@ class Normalize(torch.autograd.Function):
             else:
                 # r is constant on S: sum g x_hat = r sum g (x - mu).  The product goes into
                 # the tensor that dx is then written over: one full-size tensor per pass
-                out = torch.empty(lay.shape, dtype=g.dtype, device=g.device)
+                out = torch.empty_like(x, dtype=g.dtype, memory_format=fmt)
                 sum_gxhat = sum_of_products(g, kept, inner, out=out.view(g.shape)) * per_kept
 
         grad_x = grad_w = grad_b = None
@@ -334,8 +342,8 @@ class Normalize(torch.autograd.Function):
         if need_w:                                    # dL/dgamma = sum of g x_hat (5)
             grad_w = sum_keep(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
         if need_x:
-            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat,
-                                     inner, outer, param, need_w, out).to(ctx.x_dtype)
+            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
+                                     outer, param, need_w, out).to(ctx.x_dtype, memory_format=fmt)
         return grad_x, grad_w, grad_b, None, None
 
 
