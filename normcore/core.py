@@ -74,10 +74,8 @@ def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
 
     When ``dims`` are the trailing dims (LN, IN, GN, WS) each set is one row of a
     ``(sets, |S|)`` matrix, and the sum is a row reduction: ``torch.linalg.vecdot`` of the
-    rows, or for ``a is b`` (a sum of squares) the squared 2-norm
-    ``torch.linalg.vector_norm(...) ** 2``, one fused reduction that never writes the product
-    (measured 13x faster than a batch of ``bmm`` dot products and 2x faster than
-    ``(a * a).sum``, at (2048, 512) on one thread).  ``vecdot`` writes the product to a
+    rows (measured 13x faster than a batch of ``bmm`` dot products at (2048, 512) on one
+    thread).  ``vecdot`` writes the product to a
     temporary on CPU, so with ``out`` the product goes there instead (a fresh full-size
     temporary costs page faults).  BN's dims ``(0, 2, 3, ...)`` are not contiguous (a row
     view would need a permuted copy), so there the product is formed and summed.
@@ -89,11 +87,10 @@ def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
         return sum_keep(torch.mul(a, b, out=out), dims)
     if tuple(dims) == tuple(range(nd - k, nd)) and a.shape == b.shape:
         lead, n = a.shape[:nd - k], math.prod(a.shape[nd - k:])
-        rows = a.reshape(-1, n)
-        if a is b:
-            sums = torch.linalg.vector_norm(rows, dim=-1).square()
-        else:
-            sums = torch.linalg.vecdot(rows, b.reshape(-1, n), dim=-1)
+        # (not vector_norm(rows) ** 2 for a sum of squares: its float32 accumulation has
+        # no pairwise summation, and over long sets (LayerNorm over (C, H, W)) its error was
+        # 4x torch's; vecdot sums the products pairwise)
+        sums = torch.linalg.vecdot(a.reshape(-1, n), b.reshape(-1, n), dim=-1)
         return sums.reshape(lead + (1,) * k)
     return (a * b).sum(dims, keepdim=True)
 
@@ -110,23 +107,41 @@ def moments(xv: torch.Tensor, lay: Layout, correction: int = 0,
     contraction (exact up to rounding; :math:`E[x^2]-E[x]^2` would cancel catastrophically
     when :math:`|\mu| \gg \sigma`).  Uncentered layouts (RMSNorm): :math:`\mu = 0`, the
     mean square, and ``x`` itself.
+
+    The mean is corrected once (the corrected two-pass algorithm): the rounded mean
+    :math:`\tilde\mu` is off by about one rounding of :math:`|\mu|`, which shifts every
+    :math:`\hat x` by :math:`u|\mu|/\sigma`: when :math:`|\mu| \gg \sigma` that is the
+    whole float32 error (3-5x torch's, whose mean is summed in float64).  The centered values
+    :math:`x - \tilde\mu` are nearly exact (the two are close), so their mean
+    :math:`\delta` is the error of :math:`\tilde\mu`, found to a rounding of
+    :math:`\delta` itself; subtracting it leaves the centered values good to a rounding of
+    :math:`x - \mu`.
     """
     n = lay.set_size - correction
     if not lay.centered:
         mean = xv.new_zeros(lay.stat_shape)
         return mean, sum_of_products(xv, xv, lay.reduce_dims) / n, xv
-    mean = sum_keep(xv, lay.reduce_dims) / lay.set_size           # mu
+    mean = sum_keep(xv, lay.reduce_dims) / lay.set_size           # mu, rounded
     centered = torch.sub(xv, mean, out=out)                       # x - mu
+    delta = sum_keep(centered, lay.reduce_dims) / lay.set_size    # the rounding error of mu
+    centered = centered.sub_(delta)
     var = sum_of_products(centered, centered, lay.reduce_dims) / n  # sum (x - mu)^2 / (n - c)
-    return mean, var, centered
+    return mean + delta, var, centered
 
 
 def inverse_std(var: torch.Tensor, eps: float, eps_mode: str = "inside") -> torch.Tensor:
-    """Step (3): ``r = 1 / sqrt(var + eps)``, or ``1 / (sqrt(var) + eps)`` outside."""
+    """Step (3): ``r = 1 / sqrt(var + eps)``, or ``1 / (sqrt(var) + eps)`` outside.
+
+    A float32 ``var`` is taken through float64 (one value per set: cheap) and ``r`` rounded
+    once, as torch's BatchNorm does; float32 ``rsqrt`` is off by one or two roundings, and
+    every output of the set carries that relative error."""
+    dtype = var.dtype
+    if dtype == torch.float32:
+        var = var.double()
     if eps_mode == "inside":
-        return torch.rsqrt(var + eps)
+        return torch.rsqrt(var + eps).to(dtype)
     if eps_mode == "outside":
-        return 1.0 / (var.sqrt() + eps)
+        return (1.0 / (var.sqrt() + eps)).to(dtype)
     raise ValueError(f"eps_mode must be 'inside' or 'outside', got {eps_mode!r}")
 
 
@@ -217,3 +232,15 @@ def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
     inv_std = inverse_std(var, eps, eps_mode)
     xhat = torch.mul(centered, inv_std, out=None if centered is xv else centered)
     return Standardized(xhat, mean, var, inv_std)
+
+
+def ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, n: int, m) -> torch.Tensor:
+    r"""Weight Standardization's input gradient (:class:`normcore.grad.WeightStandardize`),
+    :math:`r\,(d - \bar d - \hat w \sum d\hat w / m)`, as
+    :math:`(d - \bar d)\,r + \hat w\,(-r \sum d\hat w / m)`.  At a zero-initialised
+    weight (:math:`\hat w = 0`, :math:`r = 1/\sqrt\epsilon`) the gradient is
+    :math:`r (d - \bar d)`: rounding :math:`d - \bar d` once and then the product is as
+    accurate as torch's BatchNorm backward (timm's StdConv2d), where the
+    :math:`r d - r\bar d` of the activations' fast path was 2.3x less accurate."""
+    grad = torch.sub(d, sum_d / n).mul_(inv_std)                # (d - mean d) r
+    return grad.addcmul_(w_hat, sum_dwhat * inv_std / (-m))     #   - r w_hat sum(d w_hat) / m

@@ -169,7 +169,8 @@ from torch.autograd.function import once_differentiable
 from . import _checks as checks
 from .axes import Layout, layout
 from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments,
-                   normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products)
+                   normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products,
+                   ws_grad_input)
 
 __all__ = [
     "Normalize", "WeightStandardize", "boxed_backward",
@@ -436,10 +437,9 @@ class WeightStandardize(torch.autograd.Function):
         d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
         sum_d = d.sum(lay.reduce_dims, keepdim=True)              # sum_S d
         sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims)    # sum_S d w_hat
-        # r (d - sum d / n - w_hat sum d w_hat / m)
-        grad_w = _grad_input(d, w_hat, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
-                             lay.shape)
-        return grad_w.to(ctx.dtype), None, None, None
+        grad_w = ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, lay.set_size, m)
+        return grad_w.reshape(lay.shape).to(ctx.dtype), None, None, None
+
 
 
 # ---------------------------------------------------------------------------------------
