@@ -208,6 +208,16 @@ def print_op_table(rows) -> float:
 # ---------------------------------------------------------------------------------------
 # training drift
 # ---------------------------------------------------------------------------------------
+class ScaledStdConv2dTorch(nn.ScaledStdConv2d):
+    """timm's ScaledStdConv2d: ``F.batch_norm`` over the weight with ``gain * scale`` as its
+    weight (eps 1e-6)."""
+
+    def standardized_weight(self):
+        return TF.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None,
+                             weight=(self.gain * self.scale).view(-1), training=True,
+                             momentum=0.0, eps=self.eps).reshape_as(self.weight)
+
+
 class StdConv2dTorch(torch.nn.Conv2d):
     """timm's StdConv2d: the weight standardized by ``F.batch_norm`` (eps 1e-6)."""
 
@@ -238,20 +248,29 @@ class Block(torch.nn.Module):
 
 
 def small_resnet(kind: str, lib: str, width: int = 16, blocks: int = 2) -> torch.nn.Module:
-    """A small ResNet for 3x16x16 inputs, 10 classes: BN (``bn``), GN (``gn``), LN over
-    (C, H, W) (``ln``), or StdConv (``ws``: timm's convention, no norm layer, the last conv
-    of each block zero-initialised, as timm's ResNetV2 does for its last BN)."""
+    """A small ResNet for 3x16x16 inputs, 10 classes: BN (``bn``; ``bn0`` with the last
+    gamma of each block zero-initialised, timm's ``zero_init_last``), GN (``gn``), LN over
+    (C, H, W) (``ln``), StdConv (``ws``: timm's convention, no norm layer, the last conv of
+    each block zero-initialised), or ScaledStdConv (``nf``: NF-ResNet's, the last conv's
+    gain zero-initialised)."""
     if kind == "ws":
         conv = (lambda *a, **k: nn.WSConv2d(*a, convention="timm", **k)) if lib == "normcore" \
             else StdConv2dTorch
         norm = lambda c: torch.nn.Identity()  # noqa: E731
+    elif kind == "nf":
+        conv = nn.ScaledStdConv2d if lib == "normcore" else ScaledStdConv2dTorch
+        norm = lambda c: torch.nn.Identity()  # noqa: E731
     else:
-        conv, norm = torch.nn.Conv2d, _norm_factory(kind, lib)
+        conv, norm = torch.nn.Conv2d, _norm_factory(kind.rstrip("0"), lib)
     layers = [conv(3, width, 3, padding=1, bias=False), norm(width), torch.nn.ReLU()]
     for _ in range(blocks):
         blk = Block(width, conv, norm)
         if kind == "ws":
             torch.nn.init.zeros_(blk.c2.weight)
+        elif kind == "nf":   # timm's NF-ResNet zero_init_last: the last conv's gain
+            torch.nn.init.zeros_(blk.c2.gain)
+        elif kind.endswith("0"):   # timm's zero_init_last: the block's last norm's gamma
+            torch.nn.init.zeros_(blk.n2.weight)
         layers.append(blk)
     layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(width, 10)]
     return torch.nn.Sequential(*layers)
@@ -292,7 +311,7 @@ def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: f
     return (p32 - p64).norm().item() / scale, (pctl - p64).norm().item() / scale
 
 
-def print_drift(steps_list, kinds=("bn", "gn", "ln", "ws"), seeds=(0, 1)):
+def print_drift(steps_list, kinds=("bn", "bn0", "gn", "ln", "ws", "nf"), seeds=(0, 1)):
     print("\ntraining drift: ||p32 - p64|| / ||p64|| after k SGD steps (momentum 0.9, lr 0.1), "
           "per seed; control = float64 from an init moved by one float32 rounding")
     print(f"{'model':6s} {'k':>3s} | {'normcore':>19s} | {'torch':>19s} | {'control nc':>19s}"
@@ -316,6 +335,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops-only", action="store_true")
     ap.add_argument("--drift-only", action="store_true")
     ap.add_argument("--steps", type=int, nargs="+", default=[3, 20])
+    ap.add_argument("--models", nargs="+", default=["bn", "bn0", "gn", "ln", "ws", "nf"])
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}")
@@ -326,7 +346,7 @@ def main(argv=None) -> int:
             rows = [(n, sub.get(s, s), k) for n, s, k in ROWS]
         print_op_table(rows)
     if not args.ops_only:
-        print_drift(args.steps)
+        print_drift(args.steps, args.models)
     return 0
 
 
