@@ -175,6 +175,10 @@ def apply_affine(centered: torch.Tensor, inv_std, lay: Layout, weight, bias,
     else:
         centered = torch.mul(centered, inv_std, out=out)        # x_hat
         scale = w                                               # gamma x_hat (per element)
+    if scale is not None and b is not None and out is not None and out is not centered:
+        # into a free output: beta, then + (x - mu) * scale as one fused multiply-add (one
+        # rounding where multiply-then-add rounds twice: torch's BatchNorm rounds once)
+        return out.copy_(b.expand_as(out)).addcmul_(centered, scale)
     if scale is not None:
         y = torch.mul(centered, scale, out=out)
     elif b is not None:
