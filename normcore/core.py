@@ -61,6 +61,17 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     if not dims:
         return t
     nd, k = t.dim(), len(dims)
+    if t.dtype == torch.float32:
+        # float32 sums as torch's BatchNorm takes them: each row of trailing dims in float32,
+        # the rest (BN's batch dim, or a small tensor) in float64
+        sd, j = sorted(dims), k
+        while j > 0 and sd[j - 1] == nd - (k - j) - 1:
+            j -= 1
+        trailing, rest = tuple(sd[j:]), tuple(sd[:j])
+        if rest and trailing:
+            return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(t.dtype)
+        if t.numel() <= 1 << 16:
+            return t.sum(dims, keepdim=True, dtype=torch.float64).to(t.dtype)
     if t.numel() >= 1 << 15 and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
         lead = t.shape[:nd - k]
         return t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
