@@ -9,7 +9,9 @@ a noisy shared machine affects both alike.  The ratio is median(normcore) / medi
 the target is <= 2.0.  The column ``min`` is min(normcore) / min(torch), the ratio on the
 least disturbed runs: on a loaded machine every full-size op waits for its threads to be
 scheduled, and the medians move by several times from run to run while the minima stay.
-This is a benchmark, not a test: it prints, it does not assert.
+This is a benchmark, not a test: it prints, it does not assert.  The rows named
+``channels_last`` take the same input in that memory format (torch keeps it for BN and GN, and
+so does normcore); ``--only TEXT`` measures only the rows whose name contains TEXT.
 
 ``--json PATH`` measures instead the layers of the chapter "Choosing a normalization" at one
 realistic size, an image activation of shape (8, 64, 56, 56) (a ResNet's first stage; with
@@ -37,11 +39,6 @@ import torch
 import torch.nn.functional as TF
 
 import normcore.functional as F
-
-try:  # the hand-derived backward passes, when present
-    from normcore import grad as G
-except ImportError:  # pragma: no cover
-    G = None
 
 TARGET = 2.0
 
@@ -100,19 +97,28 @@ def _cases(quick: bool):
          lambda w: F.weight_standardize(w, convention="timm"),
          lambda w: TF.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
                                  momentum=0.0, eps=1e-6).reshape_as(w)),
+        # BN with batch statistics and no buffers to update: the hand-derived Function alone
+        ("batch_norm train, no buffers", big, x, [w, b],
+         lambda x, w, b: F.batch_norm(x, None, None, w, b, True),
+         lambda x, w, b: TF.batch_norm(x, None, None, w, b, True)),
     ]
-    if G is not None:
-        cases += [
-            ("grad.batch_norm_train", big, x, [w, b],
-             lambda x, w, b: G.batch_norm_train(x, w, b),
-             lambda x, w, b: TF.batch_norm(x, None, None, w, b, True)),
-            ("grad.group_norm G=32", big, x, [w, b],
-             lambda x, w, b: G.group_norm(x, 32, w, b),
-             lambda x, w, b: TF.group_norm(x, 32, w, b)),
-            ("grad.layer_norm last dim", tuple(seq.shape), seq, [wl, bl],
-             lambda x, w, b: G.layer_norm(x, (512,), w, b),
-             lambda x, w, b: TF.layer_norm(x, (512,), w, b)),
-        ]
+    # channels_last inputs: torch's kernels keep the format (BN, GN); so does normcore
+    xc = x.contiguous(memory_format=torch.channels_last)
+    cl = "channels_last"
+    cases += [
+        (f"batch_norm train {cl}", big, xc, [w, b],
+         lambda x, w, b: F.batch_norm(x, rm, rv, w, b, True),
+         lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, True)),
+        (f"batch_norm eval {cl}", big, xc, [w, b],
+         lambda x, w, b: F.batch_norm(x, rm, rv, w, b, False),
+         lambda x, w, b: TF.batch_norm(x, rm, rv, w, b, False)),
+        (f"instance_norm {cl}", big, xc, [w, b],
+         lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+         lambda x, w, b: TF.instance_norm(x, weight=w, bias=b)),
+        (f"group_norm G=32 {cl}", big, xc, [w, b],
+         lambda x, w, b: F.group_norm(x, 32, w, b),
+         lambda x, w, b: TF.group_norm(x, 32, w, b)),
+    ]
     return cases
 
 
@@ -135,15 +141,21 @@ def _runner(fn, x, params, backward: bool):
     return run
 
 
+#: the clock: wall time, or with ``--cpu-time`` the CPU time of this thread (one thread only)
+CLOCK = time.perf_counter
+
+
 def _time(run) -> float:
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     run()
-    return time.perf_counter() - t0
+    return CLOCK() - t0
 
 
-def measure(reps: int, quick: bool):
+def measure(reps: int, quick: bool, only: str | None = None):
     rows = []
     for name, shape, x, params, ours, theirs in _cases(quick):
+        if only and only not in name:
+            continue
         for backward in (False, True):
             a, b = _runner(ours, x, params, backward), _runner(theirs, x, params, backward)
             for _ in range(3):  # warm-up
@@ -276,24 +288,35 @@ def main() -> None:
     ap.add_argument("--json", metavar="PATH",
                     help="measure the layers of the chapter 'Choosing a normalization' and "
                          "write them to PATH (normcore/cost.json)")
+    ap.add_argument("--only", metavar="TEXT", help="measure only the ops whose name contains TEXT")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time the CPU time of this thread instead of the wall time (with "
+                         "--threads 1): on a shared machine it leaves out the time the process "
+                         "waits for a core, not the cost of page faults or a shared cache")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's); 1 is steadier on a shared machine")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        if torch.get_num_threads() != 1:
+            ap.error("--cpu-time counts this thread only: use it with --threads 1")
+        global CLOCK
+        CLOCK = time.thread_time
     if args.json:
         measure_json(args.reps, args.quick, args.json)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
+          f"{'CPU time of the thread' if args.cpu_time else 'wall time'}, "
           f"median of {args.reps} interleaved runs; target ratio <= {TARGET}")
-    rows = measure(args.reps, args.quick)
-    print(f"{'op':26s} {'pass':8s} {'shape':20s} {'normcore ms':>12s} {'torch ms':>10s} "
+    rows = measure(args.reps, args.quick, args.only)
+    print(f"{'op':30s} {'pass':8s} {'shape':20s} {'normcore ms':>12s} {'torch ms':>10s} "
           f"{'ratio':>6s} {'min':>6s}")
     worst = 0.0
     for name, kind, shape, ma, mb, r, rmin in rows:
         flag = "" if r <= TARGET else "  > target"
         worst = max(worst, r)
-        print(f"{name:26s} {kind:8s} {str(shape):20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
+        print(f"{name:30s} {kind:8s} {str(shape):20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
               f"{rmin:6.2f}{flag}")
     print(f"worst ratio: {worst:.2f} ({'within' if worst <= TARGET else 'above'} the {TARGET} target)")
 

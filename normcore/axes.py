@@ -48,6 +48,8 @@ from typing import Sequence
 
 import torch
 
+from .errors import NumGroupsError
+
 
 @dataclass(frozen=True)
 class Norm:
@@ -109,7 +111,7 @@ class Layout:
     @property
     def set_size(self) -> int:
         """:math:`|S_i|`, the number of elements that share one mean and variance."""
-        return math.prod(self.view_shape[d] for d in self.reduce_dims)
+        return math.prod([self.view_shape[d] for d in self.reduce_dims])  # a list: dynamo traces no generator here
 
     @property
     def num_sets(self) -> int:
@@ -153,14 +155,13 @@ def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm",
     if G > 0 and num_channels % G == 0:
         return G
     if input_shape is not None:
-        raise ValueError(
+        raise NumGroupsError(
             f"{where}: Expected number of channels in input to be divisible by num_groups, but "
             f"got input of shape {list(input_shape)} and num_groups={num_groups}; choose "
             f"num_groups among the divisors of {num_channels}")
-    raise ValueError(
-        f"{where}: num_channels must be divisible by num_groups, but got "
-        f"num_channels={num_channels} and num_groups={num_groups} (C // G contiguous "
-        f"channels go in each group); choose num_groups among the divisors of "
+    raise NumGroupsError(
+        f"{where}: num_channels ({num_channels}) must be divisible by num_groups "
+        f"({num_groups}) (C // G contiguous channels go in each group); choose num_groups among the divisors of "
         f"{num_channels}: {divisors(num_channels)}")
 
 
@@ -169,7 +170,9 @@ def _as_shape(shape) -> tuple[int, ...]:
         return tuple(shape.shape)
     if isinstance(shape, numbers.Integral):
         return (int(shape),)
-    return tuple(int(s) for s in shape)
+    # a size that torch.export / torch.compile keeps symbolic (SymInt), or that
+    # torch.jit.trace records (a Tensor), stays as it is: int() would bake in its value
+    return tuple(s if isinstance(s, (torch.SymInt, torch.Tensor)) else int(s) for s in shape)
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,9 +33,33 @@ from .axes import Layout
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def writes_in_place() -> bool:
+    """Whether the fast paths may write into fresh tensors (``out=``, in place).
+
+    Not under a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``), where those
+    tensors would receive batched or wrapped values, nor while ``torch.export`` or
+    ``torch.jit.trace`` records a graph: it keeps the ``out=`` ops, which autograd refuses
+    when the graph is run on inputs that require grad.  ``torch.compile`` functionalizes
+    them: it keeps the in-place code, as eager does."""
+    return not (torch._C._are_functorch_transforms_active() or torch.compiler.is_exporting()
+                or torch.jit.is_tracing())
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half-precision inputs, the input's own dtype otherwise."""
     return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+def output_format(lay: Layout, x: torch.Tensor) -> torch.memory_format:
+    """The memory format of torch's output for this norm and input: the input's
+    ``channels_last`` (4-d) or ``channels_last_3d`` (5-d) for BN, GN and RMSNorm, as
+    torch's kernels keep it; contiguous for IN and LN, whose torch kernels make the input
+    contiguous first; contiguous for any other input."""
+    if lay.norm in ("batch", "group", "rms") and not x.is_contiguous():
+        for nd, fmt in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+            if x.dim() == nd and x.is_contiguous(memory_format=fmt):
+                return fmt
+    return torch.contiguous_format
 
 
 class Normalized(NamedTuple):
@@ -50,6 +74,14 @@ class Normalized(NamedTuple):
 # ---------------------------------------------------------------------------------------
 # sums
 # ---------------------------------------------------------------------------------------
+def _known(cond) -> bool:
+    """``cond``, or under torch.export's symbolic sizes whether it is known true (no guard)."""
+    if isinstance(cond, torch.SymBool):
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        return statically_known_true(cond)
+    return bool(cond)
+
+
 def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum.
 
@@ -70,9 +102,10 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
         trailing, rest = tuple(sd[j:]), tuple(sd[:j])
         if rest and trailing:
             return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(t.dtype)
-        if t.numel() <= 1 << 16:
+        if _known(t.numel() <= 1 << 16):
             return t.sum(dims, keepdim=True, dtype=torch.float64).to(t.dtype)
-    if t.numel() >= 1 << 15 and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
+    big = _known(t.numel() >= 1 << 15)
+    if big and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
         lead = t.shape[:nd - k]
         return t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
     return t.sum(dims, keepdim=True)
@@ -155,7 +188,7 @@ def moments(xv: torch.Tensor, lay: Layout, correction: int = 0,
     mean = sum_keep(xv, lay.reduce_dims) / lay.set_size           # mu, rounded
     centered = torch.sub(xv, mean, out=out)                       # x - mu
     delta = sum_keep(centered, lay.reduce_dims) / lay.set_size    # the rounding error of mu
-    centered = centered.sub_(delta)
+    centered = centered.sub_(delta) if writes_in_place() else centered - delta
     var = sum_of_products(centered, centered, lay.reduce_dims) / n  # sum (x - mu)^2 / (n - c)
     return mean + delta, var, centered
 
@@ -221,6 +254,13 @@ def apply_affine(centered: torch.Tensor, inv_std, lay: Layout, weight, bias,
     return y
 
 
+def affine_out_of_place(xhat: torch.Tensor, lay: Layout, weight, bias) -> torch.Tensor:
+    """Step (5), ``gamma x_hat + beta`` on the view, in fresh tensors only (for
+    ``torch.func``, where :func:`apply_affine`'s in-place add could not take a batched beta)."""
+    y = xhat if weight is None else xhat * weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+    return y if bias is None else y + bias.to(xhat.dtype).reshape(lay.affine_view_shape)
+
+
 def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
                       mean=None, var=None, correction: int = 0,
                       eps_mode: str = "inside") -> Normalized:
@@ -244,9 +284,36 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     # one full-size allocation fewer (they cost page faults on CPU), the same arithmetic.
     recording = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
-    reuse = not recording and centered is not xv
+    reuse = not recording and centered is not xv and writes_in_place()
     y = apply_affine(centered, inv_std, lay, weight, bias, out=centered if reuse else None)  # (4)-(5)
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
+
+
+def group_norm_channels_last(x: torch.Tensor, lay: Layout, eps: float, weight=None,
+                             bias=None) -> Normalized:
+    r"""GroupNorm's formula, without autograd, on a ``channels_last`` (or
+    ``channels_last_3d``) input, through the view of its memory ``(N, P, G, C/G)`` (``P``
+    positions), which is contiguous.  The same steps as :func:`normalize_formula` (two-pass
+    statistics, centering first), summed over the positions first and then over the
+    ``C/G`` channels of a group: on the ``(N, G, C/G, *S)`` view of such an input every pass
+    strides over its innermost ``C/G`` channels and runs 10-20x slower than torch's kernel.
+    The output is ``channels_last`` as torch's."""
+    cdt = compute_dtype(x.dtype)
+    N, C, G = x.shape[0], x.shape[1], lay.num_groups
+    xp = x.movedim(1, -1).reshape(N, -1, G, C // G).to(cdt)           # (N, P, G, C/G)
+    y = torch.empty_like(x, dtype=cdt)                                  # channels_last
+    yp = y.movedim(1, -1).view(xp.shape)
+    n = lay.set_size
+    mean = xp.sum(1, keepdim=True).sum(3, keepdim=True) / n            # mu, (N, 1, G, 1)
+    torch.sub(xp, mean.expand(-1, -1, -1, xp.shape[3]).contiguous(), out=yp)   # x - mu
+    var = yp.square().sum(1, keepdim=True).sum(3, keepdim=True) / n     # sigma^2
+    scale = inverse_std(var, eps).expand(-1, -1, -1, xp.shape[3])     # r
+    if weight is not None:
+        scale = scale * weight.to(cdt).view(1, 1, G, -1)                # gamma r
+    yp.mul_(scale.contiguous())
+    if bias is not None:
+        yp.add_(bias.to(cdt).view(1, 1, G, -1))                         # + beta
+    return Normalized(y.to(x.dtype), mean.reshape(lay.stat_shape), var.reshape(lay.stat_shape))
 
 
 class Standardized(NamedTuple):
@@ -265,7 +332,8 @@ def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
     xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
     mean, var, centered = moments(xv, lay, correction)
     inv_std = inverse_std(var, eps, eps_mode)
-    xhat = torch.mul(centered, inv_std, out=None if centered is xv else centered)
+    reuse = centered is not xv and writes_in_place()
+    xhat = torch.mul(centered, inv_std, out=centered if reuse else None)
     return Standardized(xhat, mean, var, inv_std)
 
 

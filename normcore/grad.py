@@ -155,28 +155,25 @@ float16 / bfloat16 inputs are computed in float32, and the results (outputs and 
 are cast back to the dtypes of the tensors they belong to, as in
 :mod:`normcore.core`.  What the backward keeps (:math:`\hat x`, or :math:`x-\mu` where
 gamma folds into a small per-set scale) is in that float32 compute dtype.  It forgets how
-it depends on :math:`x`, so a second derivative cannot use it: when a backward runs with
-``create_graph=True``, ``Normalize`` differentiates the formula itself, recomputed from
-the saved inputs (autograd through :func:`normcore.core.normalize_formula`), and the
-result is differentiable again.
-``WeightStandardize`` is ``once_differentiable`` and refuses a second derivative.
+it depends on :math:`x`, so with ``create_graph=True`` or under ``torch.func`` (``vmap``,
+``grad``, ``jacrev``: torch.func's form, ``setup_context`` and ``generate_vmap_rule``)
+``Normalize`` takes :func:`boxed_backward` on :math:`\hat x` recomputed from the saved
+input, out of place: differentiable again.  ``WeightStandardize`` refuses a second one.
 """
 from __future__ import annotations
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _checks as checks
+from . import rows
 from .axes import Layout, layout
-from .core import (Normalized, apply_affine, compute_dtype, inverse_std, moments,
-                   normalize_formula, scale_is_small, standardize, sum_keep, sum_of_products,
-                   ws_grad_input)
+from .core import (affine_out_of_place, apply_affine, compute_dtype, inverse_std,
+                   moments, output_format, scale_is_small, standardize, sum_keep,
+                   sum_of_products, writes_in_place, ws_grad_input)
 
-__all__ = [
-    "Normalize", "WeightStandardize", "boxed_backward",
-    "normalize", "batch_norm_train", "layer_norm", "instance_norm", "group_norm",
-    "weight_standardize",
-]
+# The ops that run these Functions are those of normcore.functional (``backward="derived"``,
+# their default): one op per name.
+__all__ = ["Normalize", "WeightStandardize", "boxed_backward"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -235,6 +232,9 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     (or ``out``): autograd would copy a gradient that is a view before storing it.
     """
     slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
+    if not writes_in_place():                            # torch.func: out of place
+        dx = g * g_scale + xhat * slope
+        return (dx if sum_d is None else dx + sum_d * scale * (-1.0 / n)).reshape(shape)
     if out is None:  # else: a temporary of the input's shape, overwritten (may be g itself)
         out = torch.empty(shape, dtype=g.dtype, device=g.device)
     view = out.view(g.shape)
@@ -249,57 +249,69 @@ class Normalize(torch.autograd.Function):
     r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay`` (BN in
     training, LN, IN, GN, RMSNorm), with the hand-derived backward (module docstring).
 
-    ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var)``; ``mean`` and
-    ``var`` (biased, in the view's keepdim shape) are there for running statistics and are
-    not differentiable.
+    ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var, kept, inv_std)``;
+    only ``y`` is differentiable: ``mean`` and ``var`` (biased, in the view's keepdim shape)
+    are there for running statistics, ``kept`` and ``inv_std`` for the backward.
 
     What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
-    part of each set (:func:`normcore.core.scale_is_small`), so that
-    :math:`y = (x-\mu)(\gamma r) + \beta` never forms :math:`\hat x = (x-\mu)\,r`; and
-    :math:`\hat x` itself for LN and RMSNorm, whose gamma multiplies it element by element.
+    part of each set (:func:`~normcore.core.scale_is_small`: :math:`\hat x` is never formed);
+    :math:`\hat x` for LN and RMSNorm, whose gamma multiplies it element by element; on
+    large inputs nothing full-size (:mod:`normcore.rows` recomputes from x what it needs).
     """
 
-    @staticmethod
-    def forward(ctx, x, weight, bias, lay: Layout, eps: float):
-        xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
-        # The output: a fresh tensor of the input's shape, written through the view (an
-        # output that were a view could not be modified in place by the caller)
-        y = torch.empty(lay.shape, dtype=xv.dtype, device=xv.device)
-        yv = y.view(lay.view_shape)
-        keep = any(ctx.needs_input_grad[:3])          # a backward may come
-        # x - mu goes straight into y when nothing is kept, and (4)-(5) then work in place
-        mean, var, centered = moments(xv, lay, out=None if keep else yv)      # (1)-(2)
-        inv_std = inverse_std(var, eps)                                        # (3)
-        if not keep or scale_is_small(lay):
-            apply_affine(centered, inv_std, lay, weight, bias, out=yv)         # (4)-(5)
-            kept, kept_is_xhat = centered, False                               # x - mu
-        else:
-            kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)
-            apply_affine(kept, None, lay, weight, bias, out=yv)                           # (5)
-            kept_is_xhat = True                                                # x_hat
-        ctx.save_for_backward(kept if keep else None, inv_std, weight, x, bias)
-        ctx.kept_is_xhat, ctx.lay, ctx.eps = kept_is_xhat, lay, eps
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        ctx.x_dtype = x.dtype
-        ctx.mark_non_differentiable(mean, var)
-        ctx.set_materialize_grads(False)     # no zero gradients for mean and var
-        return y.to(x.dtype), mean, var
+    generate_vmap_rule = True   # torch.func.vmap batches forward and backward as they are
 
     @staticmethod
-    def backward(ctx, grad_y, _grad_mean, _grad_var):
+    def forward(x, weight, bias, lay: Layout, eps: float):
+        if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
+            y, mean, var, inv_std = rows.forward_function(x, weight, bias, lay, eps)
+            return y, mean, var, mean.new_empty(0), inv_std   # rows keeps no x - mu
+        xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
+        mean, var, centered = moments(xv, lay)                                 # (1)-(2)
+        inv_std = inverse_std(var, eps)                                        # (3)
+        fmt = output_format(lay, x)                    # torch's memory format
+        if not writes_in_place():                      # torch.func: out of place
+            xhat = centered * inv_std                                          # (4)
+            y = affine_out_of_place(xhat, lay, weight, bias).reshape(lay.shape)  # (5)
+            y = y.to(x.dtype).contiguous(memory_format=fmt)
+            return y, mean, var, centered if scale_is_small(lay) else xhat, inv_std
+        # The output: fresh (a view could not be modified in place), in torch's memory format
+        y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)
+        yv = y.view(lay.view_shape)
+        if scale_is_small(lay):
+            apply_affine(centered, inv_std, lay, weight, bias, out=yv)         # (4)-(5)
+            kept = centered                                                    # x - mu
+        else:
+            kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)
+            apply_affine(kept, None, lay, weight, bias, out=yv)                # (5), kept x_hat
+        return y.to(x.dtype), mean, var, kept, inv_std
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias, lay, eps = inputs
+        _, mean, var, kept, inv_std = output
+        by_rows = rows.applies(lay, x)       # normcore.rows: the mean where `kept` would be
+        ctx.save_for_backward(mean if by_rows else kept, inv_std, weight, x, bias)
+        ctx.kept_is_xhat = None if by_rows else not scale_is_small(lay)
+        ctx.lay, ctx.eps = lay, eps
+        ctx.bias_dtype, ctx.x_dtype = None if bias is None else bias.dtype, x.dtype
+        ctx.mark_non_differentiable(mean, var, kept, inv_std)
+        ctx.set_materialize_grads(False)     # no zero gradients for the other outputs
+
+    @staticmethod
+    def backward(ctx, grad_y, *_):
         if grad_y is None:                   # y was not used (only mean / var)
             return None, None, None, None, None
         kept, inv_std, weight, x, bias = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            # create_graph=True (a second derivative is coming): the saved tensors have
-            # forgotten how they depend on x, so differentiate the formula itself, recomputed
-            # from the saved inputs, which still carry their graph
-            return _backward_through_formula(ctx, grad_y, x, weight, bias)
+        if torch.is_grad_enabled() or not writes_in_place():
+            # a second derivative is coming, or torch.func (which always builds a graph)
+            return _differentiable_backward(ctx, grad_y, x, weight)
+        if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is the mean
+            return rows.backward_function(ctx, grad_y, kept, inv_std, weight, x)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        need_w = need_w and weight is not None
-        need_b = need_b and bias is not None
-        ndim = len(lay.view_shape)
+        need_w, need_b = need_w and weight is not None, need_b and bias is not None
+        ndim, fmt = len(lay.view_shape), output_format(lay, x)   # fmt: torch's memory format
         g = grad_y.reshape(lay.view_shape).to(kept.dtype)            # g = dL/dy
         w = None if weight is None else weight.to(kept.dtype).reshape(lay.affine_view_shape)
         # x_hat = kept * per_kept: (x - mu) * r (BN, IN, GN), or x_hat itself (LN, RMSNorm)
@@ -321,7 +333,7 @@ class Normalize(torch.autograd.Function):
             else:
                 # r is constant on S: sum g x_hat = r sum g (x - mu).  The product goes into
                 # the tensor that dx is then written over: one full-size tensor per pass
-                out = torch.empty(lay.shape, dtype=g.dtype, device=g.device)
+                out = torch.empty_like(x, dtype=g.dtype, memory_format=fmt)
                 sum_gxhat = sum_of_products(g, kept, inner, out=out.view(g.shape)) * per_kept
 
         grad_x = grad_w = grad_b = None
@@ -330,8 +342,8 @@ class Normalize(torch.autograd.Function):
         if need_w:                                    # dL/dgamma = sum of g x_hat (5)
             grad_w = sum_keep(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
         if need_x:
-            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat,
-                                     inner, outer, param, need_w, out).to(ctx.x_dtype)
+            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
+                                     outer, param, need_w, out).to(ctx.x_dtype, memory_format=fmt)
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -381,17 +393,18 @@ def _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
                        n, n, lay.shape, out)
 
 
-def _backward_through_formula(ctx, grad_y, x, weight, bias):
-    """Normalize's backward by autograd through :func:`normcore.core.normalize_formula`, so
-    that the gradient is itself differentiable (double backward)."""
-    inputs = (x, weight, bias)
-    wanted = [i for i, t in enumerate(inputs) if ctx.needs_input_grad[i] and t is not None]
-    y = normalize_formula(x, ctx.lay, ctx.eps, weight, bias).output
-    grads = torch.autograd.grad(y, [inputs[i] for i in wanted], grad_y, create_graph=True)
-    out = [None] * 5
-    for i, g in zip(wanted, grads):
-        out[i] = g
-    return tuple(out)
+def _differentiable_backward(ctx, grad_y, x, weight):
+    """Normalize's backward by :func:`boxed_backward`, with x_hat recomputed from the saved
+    input (which carries its graph) in out-of-place ops: the result is differentiable again
+    (double backward) and can be batched by ``torch.func.vmap``."""
+    lay = ctx.lay
+    _, var, centered = moments(x.reshape(lay.view_shape).to(compute_dtype(x.dtype)), lay)
+    inv_std = inverse_std(var, ctx.eps)
+    dx, dw, db = boxed_backward(grad_y, centered * inv_std, inv_std, weight, lay)
+    need = ctx.needs_input_grad
+    return (dx.to(x.dtype) if need[0] else None,
+            dw.to(weight.dtype) if need[1] and weight is not None else None,
+            db.to(ctx.bias_dtype) if need[2] and ctx.bias_dtype is not None else None, None, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -407,11 +420,14 @@ class WeightStandardize(torch.autograd.Function):
         - \hat w\,\frac{\rho}{n-c}\sum d\,\hat w\Big),\qquad
         \rho = 1 \text{ (inside)},\quad \rho = \frac{\sigma+\epsilon}{\sigma} \text{ (outside)}.
 
-    ``WeightStandardize.apply(weight, eps, correction, eps_mode)``.
+    ``WeightStandardize.apply(weight, eps, correction, eps_mode)`` returns ``(w_hat, kept,
+    inv_std, m)``: the output, and what the backward keeps (non-differentiable).
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, weight, eps: float, correction: int, eps_mode: str):
+    def forward(weight, eps: float, correction: int, eps_mode: str):
         lay = layout("layer", weight.shape)             # S = one output channel's weights
         # a weight is small: float32 goes through float64 (was up to 1.9x torch's error)
         wd = weight.double() if weight.dtype == torch.float32 else weight
@@ -425,15 +441,18 @@ class WeightStandardize(torch.autograd.Function):
             # rho = (sigma + eps) / sigma.  At sigma = 0 the term is 0 (w_hat = 0 there,
             # and torch.std's backward drops it too); m = inf gives exactly that.
             m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
-        ctx.save_for_backward(w_hat, inv_std, m)
-        ctx.lay = lay
-        ctx.dtype = weight.dtype
         # a copy: the output must be neither w_hat (saved) nor a view of it
-        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True)
+        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True), w_hat, inv_std, m
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*output[1:])
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.lay, ctx.dtype = layout("layer", inputs[0].shape), inputs[0].dtype
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_what):
+    def backward(ctx, grad_what, *_):
         w_hat, inv_std, m = ctx.saved_tensors
         lay: Layout = ctx.lay
         d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
@@ -441,60 +460,3 @@ class WeightStandardize(torch.autograd.Function):
         sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims)    # sum_S d w_hat
         grad_w = ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, lay.set_size, m)
         return grad_w.reshape(lay.shape).to(ctx.dtype), None, None, None
-
-
-
-# ---------------------------------------------------------------------------------------
-# the hand-derived path, called directly (normcore.functional takes it by itself whenever
-# a gradient is needed; these always take it, and return only the output)
-# ---------------------------------------------------------------------------------------
-def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None) -> Normalized:
-    r"""The formula over the sets of ``lay`` (biased variance, :math:`\epsilon` inside the
-    square root) with the hand-derived backward.  Returns ``Normalized(output, mean, var)``;
-    only ``output`` carries gradients."""
-    caller = "normalize"
-    checks.check_float(x, "x", caller)
-    checks.check_eps(eps, caller)
-    if not isinstance(lay, Layout):
-        raise TypeError(f"{caller}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
-    if tuple(x.shape) != tuple(lay.shape):
-        raise ValueError(
-            f"{caller}: x has shape {tuple(x.shape)} but the layout was made for shape {lay.shape}; "
-            f"build it with normcore.axes.layout(norm, x.shape, ...)")
-    checks.check_param(weight, "weight", lay.affine_shape, caller)
-    checks.check_param(bias, "bias", lay.affine_shape, caller)
-    return Normalized(*Normalize.apply(x, weight, bias, lay, eps))
-
-
-def batch_norm_train(input, weight=None, bias=None, eps=1e-5):
-    r"""BatchNorm in training mode (batch statistics; no running buffers), as
-    ``torch.nn.functional.batch_norm(input, None, None, weight, bias, training=True, eps=eps)``."""
-    lay = checks.batch_norm_layout(input, weight, bias, eps)
-    checks.verify_batch_size(input.shape, "batch_norm")
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def instance_norm(input, weight=None, bias=None, eps=1e-5):
-    r"""InstanceNorm with input statistics and no running buffers."""
-    lay = checks.instance_norm_layout(input, weight, bias, eps)
-    checks.verify_spatial_size(input.shape, "instance_norm")
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    r"""LayerNorm over the trailing ``normalized_shape`` dims."""
-    lay = checks.layer_norm_layout(input, normalized_shape, weight, bias, eps)
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
-    r"""GroupNorm over groups of ``C // num_groups`` contiguous channels."""
-    lay = checks.group_norm_layout(input, num_groups, weight, bias, eps)
-    return Normalize.apply(input, weight, bias, lay, eps)[0]
-
-
-def weight_standardize(weight, eps=None, *, convention="original"):
-    r"""Weight Standardization; the semantics (conventions, default ``eps``, errors) of
-    :func:`normcore.functional.weight_standardize`."""
-    _, eps, conv = checks.weight_standardize_setup(weight, eps, convention)
-    return WeightStandardize.apply(weight, eps, conv["correction"], conv["eps_mode"])

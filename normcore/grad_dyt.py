@@ -74,7 +74,7 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import compute_dtype, sum_keep, sum_of_products
+from .core import compute_dtype, sum_keep, sum_of_products, writes_in_place
 
 __all__ = ["DyTFunction", "dyt_formula", "dyt_backward", "tanh_derivative"]
 
@@ -118,7 +118,8 @@ def dyt_formula(x: torch.Tensor, alpha: torch.Tensor, weight=None, bias=None,
         p is not None and p.requires_grad for p in (x, alpha, weight, bias))
     u = x.to(cdt) * alpha.to(cdt).reshape(())                      # (1) u = alpha x
     t = torch.tanh(u) if recording else u.tanh_()                  # (2) t = tanh(u)
-    return _affine(t, weight, bias, lay, out=None if recording else t).to(x.dtype)   # (3)
+    in_place = not recording and writes_in_place()                # not under torch.func
+    return _affine(t, weight, bias, lay, out=t if in_place else None).to(x.dtype)   # (3)
 
 
 def tanh_derivative(t: torch.Tensor) -> torch.Tensor:
@@ -157,23 +158,36 @@ def dyt_backward(g, x, alpha, weight, t, lay: Layout | None, needs=(True,) * 4):
 
 class DyTFunction(torch.autograd.Function):
     r"""``y = gamma * tanh(alpha * x) + beta`` with the hand-derived backward (module
-    docstring); ``DyTFunction.apply(x, alpha, weight, bias, lay)``, ``weight`` and ``bias``
-    may be None (then ``lay`` may be None too)."""
+    docstring); ``DyTFunction.apply(x, alpha, weight, bias, lay)`` returns ``(y, t)``, ``t``
+    the kept :math:`\tanh(\alpha x)` (not differentiable); ``weight`` and ``bias`` may be
+    None (then ``lay`` may be None too).  torch.func's form (``setup_context``,
+    ``generate_vmap_rule``): ``vmap``, ``grad`` and ``jacrev`` go through the backward."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x, alpha, weight, bias, lay: Layout | None):
+    def forward(x, alpha, weight, bias, lay: Layout | None):
         cdt = compute_dtype(x.dtype)
         t = (x.to(cdt) * alpha.to(cdt).reshape(())).tanh_()          # (1)-(2), kept
         # (3) into a fresh tensor: the output must be neither t (saved) nor a view of it
-        y = t.clone() if weight is None and bias is None else _affine(
-            t, weight, bias, lay, out=torch.empty(t.shape, dtype=t.dtype, device=t.device))
-        ctx.save_for_backward(x, alpha, weight, t)
-        ctx.lay = lay
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        return y.to(x.dtype)
+        # (out of place under torch.func, whose batched values fit no plain tensor)
+        out = torch.empty(t.shape, dtype=t.dtype, device=t.device) if writes_in_place() else None
+        y = t.clone() if weight is None and bias is None else _affine(t, weight, bias, lay, out)
+        return y.to(x.dtype), t
 
     @staticmethod
-    def backward(ctx, grad_y):
+    def setup_context(ctx, inputs, output):
+        x, alpha, weight, bias, lay = inputs
+        ctx.save_for_backward(x, alpha, weight, output[1])
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)
+        ctx.lay = lay
+        ctx.bias_dtype = None if bias is None else bias.dtype
+
+    @staticmethod
+    def backward(ctx, grad_y, _grad_t):
+        if grad_y is None:                   # only t was used
+            return None, None, None, None, None
         x, alpha, weight, t = ctx.saved_tensors
         if torch.is_grad_enabled():
             # create_graph=True (a second derivative is coming): recompute t from the saved

@@ -170,7 +170,14 @@ def check_momentum(momentum) -> None:
         return
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
         raise TypeError(f"momentum must be a float in [0, 1] or None, got {momentum!r}")
-    if not 0.0 <= float(momentum) <= 1.0:
+    if torch.compiler.is_compiling():
+        # BatchNorm's 1 / num_batches_tracked may be a value of the graph (in (0, 1]): no
+        # guard on it (imported here: the module costs most of a second to import)
+        from torch.fx.experimental.symbolic_shapes import guard_or_true
+        ok = guard_or_true(0.0 <= momentum) and guard_or_true(momentum <= 1.0)
+    else:
+        ok = 0.0 <= float(momentum) <= 1.0
+    if not ok:
         raise ValueError(
             f"momentum={momentum} is outside [0, 1]; it is the weight of the new batch "
             f"statistic in r <- (1 - momentum) * r + momentum * s (PyTorch default 0.1)")

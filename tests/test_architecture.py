@@ -80,14 +80,17 @@ def test_the_cycle_finder_finds_cycles():
 
 
 @pytest.mark.parametrize("module, allowed", [
-    ("normcore.axes", set()),
+    ("normcore.errors", set()),
+    ("normcore.axes", {"normcore.errors"}),
     ("normcore.stats", set()),
-    ("normcore._checks", {"normcore.axes", "normcore.stats"}),
+    ("normcore._checks", {"normcore.axes", "normcore.errors", "normcore.stats"}),
     ("normcore.core", {"normcore.axes"}),
-    ("normcore.grad", {"normcore._checks", "normcore.axes", "normcore.core"}),
+    ("normcore.rows", {"normcore.axes", "normcore.core"}),
+    ("normcore.grad", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.rows"}),
     ("normcore.grad_dyt", {"normcore._checks", "normcore.axes", "normcore.core"}),
     ("normcore.functional", {"normcore._checks", "normcore.axes", "normcore.core",
-                             "normcore.grad", "normcore.grad_dyt", "normcore.stats"}),
+                             "normcore.grad", "normcore.grad_dyt", "normcore.rows",
+                             "normcore.stats"}),
     ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.stats"}),
     ("normcore.launch", set()),
     # the real data sets: the cache's location is the experiments' (one setting), nothing else

@@ -120,7 +120,7 @@ def test_roles_layout_builds_any_set_and_says_it_in_words():
 
 
 def test_num_groups_is_checked_in_one_place_with_the_legal_values():
-    with pytest.raises(ValueError, match=r"num_channels must be divisible by num_groups.*\[1, 2, 3, 6\]"):
+    with pytest.raises(ValueError, match=r"num_channels \(6\) must be divisible by num_groups \(4\).*\[1, 2, 3, 6\]"):
         axes.check_num_groups(4, 6)
     with pytest.raises(TypeError, match="must be an int"):
         axes.check_num_groups(2.0, 6)

@@ -36,7 +36,7 @@ x4 = torch.randn(2, 6, 3, 3)
     (lambda: nn.DyT(4, channels_last=False)(x4), ValueError, "expected (6,)"),
     # num_groups not dividing the channels
     (lambda: F.group_norm(x4, 4), ValueError, "divisible by num_groups"),
-    (lambda: nn.GroupNorm(4, 6), ValueError, "num_channels must be divisible by num_groups"),
+    (lambda: nn.GroupNorm(4, 6), ValueError, "num_channels (6) must be divisible by num_groups (4)"),
     (lambda: axes.layout("group", (2, 6, 3), 4), ValueError, "[1, 2, 3, 6]"),
     (lambda: F.group_norm(x4, 2.0), TypeError, "num_groups must be an int"),
     # batch size 1 in BN training, with torch's message
@@ -58,15 +58,15 @@ x4 = torch.randn(2, 6, 3, 3)
     (lambda: F.dyt(x4, torch.ones(1, dtype=torch.long)), TypeError, "alpha has dtype torch.int64"),
     (lambda: F.group_norm([[1.0, 2.0]], 1), TypeError, "torch.Tensor"),
     # eps <= 0
-    (lambda: F.batch_norm(x4, None, None, training=True, eps=0.0), ValueError, "eps=0.0 must be > 0"),
-    (lambda: F.layer_norm(x4, (3,), eps=-1e-5), ValueError, "must be > 0"),
-    (lambda: F.group_norm(x4, 2, eps=0), ValueError, "must be > 0"),
-    (lambda: F.instance_norm(x4, eps=0), ValueError, "must be > 0"),
-    (lambda: F.weight_standardize(torch.randn(3, 3), eps=0), ValueError, "must be > 0"),
-    (lambda: nn.BatchNorm2d(3, eps=0), ValueError, "must be > 0"),
-    (lambda: nn.LayerNorm(3, eps=-1), ValueError, "must be > 0"),
-    (lambda: nn.GroupNorm(1, 3, eps=0), ValueError, "must be > 0"),
-    (lambda: nn.WSConv2d(3, 3, 1, ws_eps=0), ValueError, "must be > 0"),
+    (lambda: F.batch_norm(x4, None, None, training=True, eps=0.0), ValueError, "eps must be positive, got eps=0.0"),
+    (lambda: F.layer_norm(x4, (3,), eps=-1e-5), ValueError, "eps must be positive"),
+    (lambda: F.group_norm(x4, 2, eps=0), ValueError, "eps must be positive"),
+    (lambda: F.instance_norm(x4, eps=0), ValueError, "eps must be positive"),
+    (lambda: F.weight_standardize(torch.randn(3, 3), eps=0), ValueError, "eps must be positive"),
+    (lambda: nn.BatchNorm2d(3, eps=0), ValueError, "eps must be positive"),
+    (lambda: nn.LayerNorm(3, eps=-1), ValueError, "eps must be positive"),
+    (lambda: nn.GroupNorm(1, 3, eps=0), ValueError, "eps must be positive"),
+    (lambda: nn.WSConv2d(3, 3, 1, ws_eps=0), ValueError, "eps must be positive"),
     (lambda: F.layer_norm(x4, (3,), eps="1e-5"), TypeError, "eps must be a positive number"),
     # momentum outside [0, 1]
     (lambda: F.batch_norm(x4, torch.zeros(6), torch.ones(6), training=True, momentum=1.5),

@@ -50,9 +50,10 @@ def test_fast_backward_equals_the_boxed_formula(norm, shape, G, k, affine):
 @pytest.mark.parametrize("norm, shape, G, k", CASES)
 @pytest.mark.parametrize("affine", [True, False])
 def test_forward_without_gradients_is_the_same(norm, shape, G, k, affine):
-    """With no input needing a gradient, Normalize writes x - mu into its output and works in
-    place; with gradients it keeps x - mu (BN, IN, GN) or x_hat (LN, RMSNorm).  Both give the
-    formula's output and statistics, and an output the caller may modify in place."""
+    """With or without an input needing a gradient, Normalize keeps x - mu (BN, IN, GN) or
+    x_hat (LN, RMSNorm) and returns it (torch.func's form: setup_context sees only inputs and
+    outputs).  Both give the formula's output and statistics, and an output the caller may
+    modify in place."""
     gen = torch.Generator().manual_seed(len(shape) * 5 + (G or 0))
     lay = axes.layout(norm, shape, G, k)
     x = torch.randn(shape, generator=gen, dtype=torch.float64) * 2 + 3

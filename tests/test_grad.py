@@ -29,24 +29,24 @@ NORMS = ("batch", "layer", "instance", "group")
 def fns(norm, shape, num_groups=None, normalized_ndim=None, eps=1e-5):
     """``(ours, theirs, affine_shape)``; both take ``(x, weight, bias)``."""
     if norm == "batch":
-        return (lambda x, w, b: G.batch_norm_train(x, w, b, eps=eps),
+        return (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=eps),
                 lambda x, w, b: TF.batch_norm(x, None, None, w, b, training=True, eps=eps),
                 (shape[1],))
     if norm == "instance":
-        return (lambda x, w, b: G.instance_norm(x, w, b, eps=eps),
+        return (lambda x, w, b: F.instance_norm(x, weight=w, bias=b, eps=eps),
                 lambda x, w, b: TF.instance_norm(x, weight=w, bias=b, eps=eps),
                 (shape[1],))
     if norm == "group":
         # torch 2.13's group_norm backward fails ("tensor does not have a device") when
         # bias needs a gradient but weight is None; gamma = 1, not trained, is the same math
-        return (lambda x, w, b: G.group_norm(x, num_groups, w, b, eps=eps),
+        return (lambda x, w, b: F.group_norm(x, num_groups, w, b, eps=eps),
                 lambda x, w, b: TF.group_norm(
                     x, num_groups, torch.ones_like(b) if w is None and b is not None else w, b,
                     eps=eps),
                 (shape[1],))
     k = len(shape) - 1 if normalized_ndim is None else normalized_ndim
     ns = tuple(shape[len(shape) - k:])
-    return (lambda x, w, b: G.layer_norm(x, ns, w, b, eps=eps),
+    return (lambda x, w, b: F.layer_norm(x, ns, w, b, eps=eps),
             lambda x, w, b: TF.layer_norm(x, ns, w, b, eps=eps),
             ns)
 
@@ -134,7 +134,7 @@ def test_gradcheck_layer_norm_over_fewer_dims(normalized_ndim):
 @pytest.mark.parametrize("shape", [(4, 3, 3, 3), (5, 7), (3, 2, 3), (2, 2, 2, 2, 2)])
 def test_gradcheck_weight_standardize(convention, shape):
     w = make_input(shape, torch.float64, 3)
-    assert _gradcheck(lambda w, _b, _c: G.weight_standardize(w, convention=convention),
+    assert _gradcheck(lambda w, _b, _c: F.weight_standardize(w, convention=convention),
                       w, None, None)
 
 
@@ -143,7 +143,7 @@ def test_gradcheck_weight_standardize_large_eps(convention):
     # a large eps makes rho = (sigma + eps) / sigma far from 1 (and eps inside the sqrt
     # matter): the eps terms of the derivation are visible to finite differences
     w = make_input((3, 2, 2), torch.float64, 4) * 0.3
-    assert _gradcheck(lambda w, _b, _c: G.weight_standardize(w, 0.5, convention=convention),
+    assert _gradcheck(lambda w, _b, _c: F.weight_standardize(w, 0.5, convention=convention),
                       w, None, None)
 
 
@@ -216,7 +216,7 @@ def test_weight_standardize_matches_torch(shape, dtype, convention, big_eps, see
     eps = 0.1 if big_eps else F.WS_CONVENTIONS[convention]["eps"]
     w = make_input(shape, dtype, seed)
     dy = make_input(shape, dtype, seed + 7, loc_scale=False)
-    ours = lambda w, _b, _c: G.weight_standardize(w, eps, convention=convention)
+    ours = lambda w, _b, _c: F.weight_standardize(w, eps, convention=convention)
     theirs = lambda w, _b, _c: ws_reference(w, eps, convention)
     y1, (g1, _, _) = forward_backward(ours, w, None, None, dy)
     y2, (g2, _, _) = forward_backward(theirs, w, None, None, dy)
@@ -239,7 +239,7 @@ def test_weight_standardize_constant_filter(convention):
     w[1] = 0.7
     dy = make_input(w.shape, torch.float64, 6, loc_scale=False)
     eps = F.WS_CONVENTIONS[convention]["eps"]
-    _, (g1, _, _) = forward_backward(lambda w, *_: G.weight_standardize(w, convention=convention),
+    _, (g1, _, _) = forward_backward(lambda w, *_: F.weight_standardize(w, convention=convention),
                                      w, None, None, dy)
     _, (g2, _, _) = forward_backward(lambda w, *_: ws_reference(w, eps, convention), w, None, None, dy)
     assert torch.isfinite(g1).all()
@@ -278,7 +278,7 @@ def test_weight_standardize_low_precision(dtype, convention):
     w = make_input((4, 3, 3, 3), dtype, 10)
     dy = make_input(w.shape, dtype, 11, loc_scale=False)
     eps = F.WS_CONVENTIONS[convention]["eps"]
-    y, (g, _, _) = forward_backward(lambda w, *_: G.weight_standardize(w, convention=convention),
+    y, (g, _, _) = forward_backward(lambda w, *_: F.weight_standardize(w, convention=convention),
                                     w, None, None, dy)
     y32, (g32, _, _) = forward_backward(lambda w, *_: ws_reference(w, eps, convention),
                                         w.float(), None, None, dy.float())
@@ -316,7 +316,7 @@ def test_generic_normalize_returns_statistics():
     x = make_input((4, 6, 3, 2), torch.float64, 14).requires_grad_(True)
     lay = axes.layout("group", x.shape, 3)
     w, b = make_affine((6,), torch.float64, 14)
-    out = G.normalize(x, lay, 1e-5, w, b)
+    out = F.normalize(x, lay, 1e-5, w, b)
     var, mean = torch.var_mean(x.detach().reshape(4, 3, 2, 3, 2), dim=(2, 3, 4), correction=0,
                                keepdim=True)
     torch.testing.assert_close(out.mean, mean, **TOL[torch.float64])
@@ -343,16 +343,16 @@ def test_output_can_be_modified_in_place(norm, num_groups, affine):
         if t is not None:
             torch.testing.assert_close(a, t, **TOL[torch.float64])
     w4 = make_input((3, 2, 2, 2), torch.float64, 21)
-    _, (g1, _, _) = forward_backward(lambda w, *_: G.weight_standardize(w).mul_(2), w4, None, None, w4)
+    _, (g1, _, _) = forward_backward(lambda w, *_: F.weight_standardize(w).mul_(2), w4, None, None, w4)
     _, (g2, _, _) = forward_backward(lambda w, *_: ws_reference(w, 1e-5, "original").mul_(2),
                                      w4, None, None, w4)
     torch.testing.assert_close(g1, g2, **TOL[torch.float64])
 
 
 @pytest.mark.parametrize("call", [
-    lambda x, w, b: G.group_norm(x, 2, w, b),
-    lambda x, w, b: G.batch_norm_train(x, w, b),
-    lambda x, w, b: G.layer_norm(x, x.shape[1:]),
+    lambda x, w, b: F.group_norm(x, 2, w, b),
+    lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+    lambda x, w, b: F.layer_norm(x, x.shape[1:]),
 ])
 def test_double_backward_goes_through_the_formula(call):
     x = make_input((3, 4, 5), torch.float64, 15).requires_grad_(True)
@@ -362,80 +362,86 @@ def test_double_backward_goes_through_the_formula(call):
 
 def test_weight_standardize_refuses_double_backward():
     w = make_input((3, 4, 5), torch.float64, 15).requires_grad_(True)
-    y = G.weight_standardize(w)
+    y = F.weight_standardize(w)
     (gw,) = torch.autograd.grad((y ** 3).sum(), w, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|twice"):
         gw.sum().backward()
 
 
 # ---------------------------------------------------------------------------------------
-# bad input: the same errors as normcore.functional
+# one op per name: backward="derived" (the Functions) or "autograd" (through the formula)
 # ---------------------------------------------------------------------------------------
 x4 = torch.randn(2, 6, 3, 3)
 i4 = torch.ones(2, 6, 3, 3, dtype=torch.long)
 
+_OPS = {   # op(x, w, b, backward=...) on an (N, C, L) input, and its affine shape
+    "batch_norm": (lambda x, w, b, **k: F.batch_norm(x, None, None, w, b, training=True, **k),
+                   (6,)),
+    "instance_norm": (lambda x, w, b, **k: F.instance_norm(x, weight=w, bias=b, **k), (6,)),
+    "layer_norm": (lambda x, w, b, **k: F.layer_norm(x, (6, 4), w, b, **k), (6, 4)),
+    "group_norm": (lambda x, w, b, **k: F.group_norm(x, 3, w, b, **k), (6,)),
+    "rms_norm": (lambda x, w, b, **k: F.rms_norm(x, (4,), w, **k), (4,)),
+    "weight_standardize": (lambda x, w, b, **k: F.weight_standardize(x, **k), None),
+    "dyt": (lambda x, w, b, **k: F.dyt(x, torch.tensor([0.7], dtype=x.dtype), w, b,
+                                       channels_last=False, **k), (6,)),
+}
 
-@pytest.mark.parametrize("ours, theirs, words", [
-    (lambda: G.batch_norm_train(i4), lambda: F.batch_norm(i4, None, None, training=True),
-     "floating-point"),
-    (lambda: G.layer_norm(i4, (3, 3)), lambda: F.layer_norm(i4, (3, 3)), "floating-point"),
-    (lambda: G.instance_norm(i4), lambda: F.instance_norm(i4), "floating-point"),
-    (lambda: G.group_norm(i4, 2), lambda: F.group_norm(i4, 2), "floating-point"),
-    (lambda: G.weight_standardize(i4), lambda: F.weight_standardize(i4), "floating-point"),
-    (lambda: G.batch_norm_train(x4, eps=0.0), lambda: F.batch_norm(x4, None, None, training=True, eps=0.0),
-     "must be > 0"),
-    (lambda: G.layer_norm(x4, 3, eps=-1e-5), lambda: F.layer_norm(x4, 3, eps=-1e-5), "must be > 0"),
-    (lambda: G.instance_norm(x4, eps=0), lambda: F.instance_norm(x4, eps=0), "must be > 0"),
-    (lambda: G.group_norm(x4, 2, eps=0), lambda: F.group_norm(x4, 2, eps=0), "must be > 0"),
-    (lambda: G.weight_standardize(x4, eps=0), lambda: F.weight_standardize(x4, eps=0), "must be > 0"),
-    (lambda: G.group_norm(x4, 4), lambda: F.group_norm(x4, 4), "divisible by num_groups"),
-    (lambda: G.group_norm(x4, 0), lambda: F.group_norm(x4, 0), "divisible by num_groups"),
-    (lambda: G.group_norm(x4, 2.0), lambda: F.group_norm(x4, 2.0), "num_groups must be an int"),
-    (lambda: G.batch_norm_train(torch.randn(1, 3)),
-     lambda: F.batch_norm(torch.randn(1, 3), None, None, training=True),
-     "Expected more than 1 value per channel when training, got input size torch.Size([1, 3])"),
-    (lambda: G.batch_norm_train(torch.randn(1, 3, 1, 1)),
-     lambda: F.batch_norm(torch.randn(1, 3, 1, 1), None, None, training=True),
-     "more than 1 value per channel"),
-    (lambda: G.instance_norm(torch.randn(4, 3, 1)), lambda: F.instance_norm(torch.randn(4, 3, 1)),
-     "more than 1 spatial element"),
-    (lambda: G.layer_norm(x4, (4, 3)), lambda: F.layer_norm(x4, (4, 3)), "[*, 4, 3]"),
-    (lambda: G.layer_norm(x4, 3, torch.ones(4)), lambda: F.layer_norm(x4, 3, torch.ones(4)),
-     "weight has shape (4,)"),
-    (lambda: G.batch_norm_train(x4, None, torch.ones(5)),
-     lambda: F.batch_norm(x4, None, None, None, torch.ones(5), True), "bias has shape (5,)"),
-    (lambda: G.batch_norm_train(torch.randn(5)),
-     lambda: F.batch_norm(torch.randn(5), None, None, training=True), "(N, C, *)"),
-    (lambda: G.instance_norm(torch.randn(2, 3)), lambda: F.instance_norm(torch.randn(2, 3)), "spatial"),
-    (lambda: G.weight_standardize(torch.randn(6)), lambda: F.weight_standardize(torch.randn(6)),
-     "(C_out, C_in, *kernel)"),
-    (lambda: G.weight_standardize(torch.randn(6, 1)), lambda: F.weight_standardize(torch.randn(6, 1)),
-     "at least 2 weights"),
-    (lambda: G.weight_standardize(x4, convention="ws"),
-     lambda: F.weight_standardize(x4, convention="ws"), "unknown convention"),
-    (lambda: G.group_norm([[1.0, 2.0]], 1), lambda: F.group_norm([[1.0, 2.0]], 1), "torch.Tensor"),
-], ids=lambda v: v if isinstance(v, str) else "")
-def test_bad_input_same_error_as_functional(ours, theirs, words):
-    with pytest.raises((TypeError, ValueError)) as theirs_err:
-        theirs()
-    with pytest.raises(theirs_err.type) as ours_err:
-        ours()
-    assert str(ours_err.value) == str(theirs_err.value)
-    assert words in str(ours_err.value)
+
+@pytest.mark.parametrize("op", list(_OPS))
+def test_derived_and_autograd_backward_agree(op):
+    fn, pshape = _OPS[op]
+    x = make_input((3, 6, 4), torch.float64, 30)
+    w, b = make_affine(pshape, torch.float64, 30) if pshape else (None, None)
+    if op == "rms_norm":
+        b = None
+    dy = make_input((3, 6, 4), torch.float64, 31, loc_scale=False)
+    y1, g1 = forward_backward(lambda *t: fn(*t, backward="derived"), x, w, b, dy)
+    y2, g2 = forward_backward(lambda *t: fn(*t, backward="autograd"), x, w, b, dy)
+    torch.testing.assert_close(y1, y2, **TOL[torch.float64])
+    for a, t in zip(g1, g2):
+        if t is not None:
+            torch.testing.assert_close(a, t, **TOL[torch.float64])
+    # and they are two paths: the derived one ends in a Function, the other in torch's ops
+    leaf = x.clone().requires_grad_(True)
+    derived = type(fn(leaf, w, b, backward="derived").grad_fn).__name__
+    plain = type(fn(leaf, w, b, backward="autograd").grad_fn).__name__
+    assert derived.endswith(("NormalizeBackward", "WeightStandardizeBackward",
+                             "DyTFunctionBackward")), derived
+    assert "Normalize" not in plain and "Standardize" not in plain and "DyT" not in plain, plain
+
+
+def test_one_op_per_name():
+    # normcore.grad holds the Functions, not a second batch_norm / layer_norm / ...
+    assert not set(G.__all__) & set(F.__all__)
+    for name in ("batch_norm_train", "layer_norm", "instance_norm", "group_norm",
+                 "weight_standardize", "normalize"):
+        assert not hasattr(G, name), name
+
+
+@pytest.mark.parametrize("call", [
+    lambda: F.layer_norm(x4, 3, backward="hand"),
+    lambda: F.batch_norm(x4, None, None, training=True, backward=None),
+    lambda: F.weight_standardize(x4, backward="Autograd"),
+    lambda: F.dyt(x4, torch.ones(1), backward="derive"),
+    lambda: F.normalize(x4, axes.layout("batch", x4.shape), 1e-5, backward=1),
+])
+def test_bad_backward_names_the_choices(call):
+    with pytest.raises(ValueError, match="'derived' .*'autograd'"):
+        call()
 
 
 def test_bad_input_generic_normalize():
     lay = axes.layout("batch", (2, 6, 3, 3))
     with pytest.raises(ValueError, match="layout was made for shape"):
-        G.normalize(torch.randn(2, 6, 3), lay, 1e-5)
+        F.normalize(torch.randn(2, 6, 3), lay, 1e-5)
     with pytest.raises(TypeError, match="Layout"):
-        G.normalize(x4, "batch", 1e-5)
-    with pytest.raises(ValueError, match="must be > 0"):
-        G.normalize(x4, lay, 0.0)
+        F.normalize(x4, "batch", 1e-5)
+    with pytest.raises(ValueError, match="eps must be positive"):
+        F.normalize(x4, lay, -1e-5)   # the primitive takes eps = 0, not below
     with pytest.raises(TypeError, match="floating-point"):
-        G.normalize(i4, lay, 1e-5)
+        F.normalize(i4, lay, 1e-5)
     with pytest.raises(ValueError, match=r"weight has shape \(5,\)"):
-        G.normalize(x4, lay, 1e-5, torch.ones(5))
+        F.normalize(x4, lay, 1e-5, torch.ones(5))
 
 
 # ---------------------------------------------------------------------------------------
@@ -470,7 +476,7 @@ def test_n_instead_of_n_minus_one_is_caught(monkeypatch):
 
     monkeypatch.setattr(G, "ws_grad_input", slip)
     w = make_input((4, 3, 2, 2), torch.float64, 17)
-    ours = lambda w, *_: G.weight_standardize(w, convention="original")
+    ours = lambda w, *_: F.weight_standardize(w, convention="original")
     assert not _gradcheck(ours, w, None, None, raise_exception=False)
     dy = make_input(w.shape, torch.float64, 18, loc_scale=False)
     _, (g1, _, _) = forward_backward(ours, w, None, None, dy)

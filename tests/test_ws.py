@@ -112,8 +112,8 @@ def test_scaled_std_conv2d_gradients():
 
 
 @pytest.mark.parametrize("kw, err, text", [
-    (dict(eps=0), ValueError, "must be > 0"),
-    (dict(eps=-1e-6), ValueError, "must be > 0"),
+    (dict(eps=0), ValueError, "eps must be positive"),
+    (dict(eps=-1e-6), ValueError, "eps must be positive"),
     (dict(eps="1e-6"), TypeError, "eps must be a positive number"),
     (dict(gamma=None), TypeError, "gamma must be a number"),
     (dict(gain_init="1"), TypeError, "gain_init must be a number"),
@@ -263,5 +263,5 @@ def test_convert_to_ws_swaps_every_plain_conv_in_place():
         nn.convert_to_ws(torch.nn.Conv2d(4, 4, 1, groups=4))
     with pytest.raises(ValueError, match="unknown convention"):
         nn.convert_to_ws(torch.nn.Conv2d(4, 4, 3), "bn")
-    with pytest.raises(ValueError, match="must be > 0"):
+    with pytest.raises(ValueError, match="eps must be positive"):
         nn.convert_to_ws(torch.nn.Conv2d(4, 4, 3), ws_eps=0.0)

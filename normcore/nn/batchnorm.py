@@ -1,85 +1,48 @@
-"""BatchNorm modules: ``BatchNorm1d/2d/3d`` and ``SyncBatchNorm``, with the running buffers
-of ``torch.nn`` (the base class is shared with InstanceNorm, as in torch)."""
+"""BatchNorm modules: ``BatchNorm1d/2d/3d`` and ``SyncBatchNorm``.
+
+Each is a subclass of the ``torch.nn`` class it replaces (``normcore.nn.BatchNorm2d`` is a
+``torch.nn.BatchNorm2d``, hence a ``torch.nn.modules.batchnorm._BatchNorm``), so torch's
+utilities (``convert_sync_batchnorm``, ``fuse_conv_bn_eval``, the freeze-BN idiom,
+``torch.func.replace_all_batch_norm_modules_``) treat it as theirs.  torch's ``__init__``,
+buffers, ``reset_*``, ``extra_repr`` and ``_load_from_state_dict`` are reused; normcore
+overrides the forward (its own math), the input checks (clearer errors) and checks the
+constructor's arguments first (torch does not reject ``eps <= 0`` or a momentum outside
+[0, 1]).  The base class is shared with InstanceNorm, as in torch.
+"""
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.nn import Module
+from torch.nn.modules import batchnorm as torch_bn
 
 from .. import _checks as checks
 from .. import functional as F
 from .. import stats
 from .. import sync
-from ._params import affine_parameters, reset_affine
+from ._fx import traced_as_leaf
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 
 
-class _NormBase(Module):
-    """Parameters and running buffers shared by BatchNorm and InstanceNorm (as in torch)."""
-
-    _version = 2
+class _NormBase(torch_bn._NormBase):
+    """torch's ``_NormBase`` (parameters, running buffers, ``reset_*``, ``extra_repr``,
+    ``_load_from_state_dict``), with normcore's checks of the constructor's arguments."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
                  *, bias: bool = True):
-        super().__init__()
         cls = type(self).__name__
         checks.check_positive_int(num_features, "num_features", cls)
         checks.check_eps(eps, cls)
         checks.check_momentum(momentum)
-        factory = {"device": device, "dtype": dtype}
-        self.num_features = int(num_features)
-        self.eps = eps
-        self.momentum = momentum
-        self.affine = affine
-        self.track_running_stats = track_running_stats
-        affine_parameters(self, num_features, affine, bias, factory)
-        if track_running_stats:
-            self.register_buffer("running_mean", torch.zeros(num_features, **factory))
-            self.register_buffer("running_var", torch.ones(num_features, **factory))
-            self.register_buffer("num_batches_tracked",
-                                 torch.tensor(0, dtype=torch.long, device=device))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-        self.reset_parameters()
-
-    def reset_running_stats(self) -> None:
-        if self.track_running_stats:
-            self.running_mean.zero_()
-            self.running_var.fill_(1)
-            self.num_batches_tracked.zero_()
-
-    def reset_parameters(self) -> None:
-        self.reset_running_stats()
-        reset_affine(self)
-
-    def _check_input_dim(self, input: Tensor) -> None:
-        raise NotImplementedError
-
-    def extra_repr(self) -> str:
-        return ("{num_features}, eps={eps}, momentum={momentum}, affine={affine}, "
-                "bias={use_bias}, track_running_stats={track_running_stats}"
-                .format(**self.__dict__, use_bias=self.bias is not None))
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
-        # state dicts saved before num_batches_tracked existed (version < 2) lack it
-        version = local_metadata.get("version", None)
-        if (version is None or version < 2) and self.track_running_stats:
-            key = prefix + "num_batches_tracked"
-            if key not in state_dict:
-                state_dict[key] = (self.num_batches_tracked if self.num_batches_tracked is not None
-                                   and self.num_batches_tracked.device != torch.device("meta")
-                                   else torch.tensor(0, dtype=torch.long))
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs)
+        # keywords after track_running_stats: SyncBatchNorm's signature puts process_group there
+        super().__init__(int(num_features), eps, momentum, affine, track_running_stats,
+                         device=device, dtype=dtype, bias=bias)
 
 
-class _BatchNorm(_NormBase):
+class _BatchNorm(_NormBase, torch_bn._BatchNorm):
+
     """BatchNorm over ``(N, C, *)``: batch statistics in training, running ones in eval.
 
     * train mode, ``track_running_stats=True``: normalize with the batch's mean and biased
@@ -98,19 +61,24 @@ class _BatchNorm(_NormBase):
                 f"expected {want} input (got {input.dim()}D input); "
                 f"{type(self).__name__} takes {self._shape_hint}")
         if input.shape[1] != self.num_features:
-            raise ValueError(
+            raise checks.ShapeError(      # torch: RuntimeError (a ValueError here as well)
                 f"{type(self).__name__}({self.num_features}) got an input with "
-                f"{input.shape[1]} channels at dim 1 (shape {tuple(input.shape)})")
+                f"{input.shape[1]} channels at dim 1 (shape {tuple(input.shape)}); num_features "
+                f"must be the input's channel count")
 
     def _averaging_factor(self) -> float:
-        """Count this batch and return the weight of its statistics in the running ones."""
-        if self.momentum is None:
-            factor = 0.0
-        else:
-            factor = self.momentum
+        """Count this batch and return the weight of its statistics in the running ones:
+        ``momentum``, or ``1 / num_batches_tracked`` (the cumulative average) for None.
+
+        As in ``torch.nn.BatchNorm2d.forward``, the count stays a tensor and is read only
+        for ``momentum=None``, as ``1.0 / float(count)``: under ``torch.compile`` that is a
+        value of the graph (no guard on it, no recompilation per step), and it is >= 1
+        here, having just been incremented."""
+        factor = 0.0 if self.momentum is None else float(self.momentum)
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-            factor = stats.averaging_factor(self.momentum, int(self.num_batches_tracked))
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
         return factor
 
     def _batch_norm(self, input: Tensor, factor: float, use_batch_stats: bool,
@@ -119,6 +87,8 @@ class _BatchNorm(_NormBase):
                             use_batch_stats, factor, self.eps)
 
     def forward(self, input: Tensor) -> Tensor:
+        if (leaf := traced_as_leaf(self, input)) is not None:
+            return leaf
         checks.check_float(input, "input", type(self).__name__)
         self._check_input_dim(input)
         factor = self._averaging_factor()
@@ -131,29 +101,28 @@ class _BatchNorm(_NormBase):
                                 self.running_var if pass_buffers else None)
 
 
-class BatchNorm1d(_BatchNorm):
+class BatchNorm1d(_BatchNorm, torch_bn.BatchNorm1d):
     """BatchNorm over ``(N, C)`` or ``(N, C, L)``: one mean/variance per channel."""
 
     _expected_dims = (2, 3)
     _shape_hint = "(N, C) or (N, C, L)"
 
 
-class BatchNorm2d(_BatchNorm):
+class BatchNorm2d(_BatchNorm, torch_bn.BatchNorm2d):
     """BatchNorm over ``(N, C, H, W)``: one mean/variance per channel over N, H, W."""
 
     _expected_dims = (4,)
     _shape_hint = "(N, C, H, W)"
 
 
-class BatchNorm3d(_BatchNorm):
+class BatchNorm3d(_BatchNorm, torch_bn.BatchNorm3d):
     """BatchNorm over ``(N, C, D, H, W)``."""
 
     _expected_dims = (5,)
     _shape_hint = "(N, C, D, H, W)"
 
 
-
-class SyncBatchNorm(_BatchNorm):
+class SyncBatchNorm(_BatchNorm, torch_bn.SyncBatchNorm):
     r"""BatchNorm whose training statistics are synchronized over a process group.
 
     Same constructor, parameters, buffers and ``state_dict`` as ``torch.nn.SyncBatchNorm``
@@ -174,7 +143,7 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input); "
                              f"SyncBatchNorm takes (N, C, *)")
         if input.shape[1] != self.num_features:
-            raise ValueError(
+            raise checks.ShapeError(
                 f"SyncBatchNorm({self.num_features}) got an input with {input.shape[1]} "
                 f"channels at dim 1 (shape {tuple(input.shape)})")
 
@@ -182,6 +151,8 @@ class SyncBatchNorm(_BatchNorm):
         return self.process_group if self.process_group is not None else dist.group.WORLD
 
     def forward(self, input: Tensor) -> Tensor:
+        if (leaf := traced_as_leaf(self, input)) is not None:
+            return leaf
         if self.training:  # check before _averaging_factor counts the batch
             sync.require_process_group("SyncBatchNorm")
         return super().forward(input)
@@ -203,9 +174,13 @@ class SyncBatchNorm(_BatchNorm):
         built before the conversion still holds the right parameters, and ``requires_grad``
         carries over), and the training flag.  A BatchNorm passed directly is returned as a
         new module; otherwise ``module`` is changed in place and returned.
+
+        ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` converts normcore's BatchNorms too
+        (they are torch's ``_BatchNorm``), but into torch's ``SyncBatchNorm`` (its code names
+        that class), which refuses CPU tensors in training under a process group.
         """
         out = module
-        if isinstance(module, (torch.nn.modules.batchnorm._BatchNorm, _BatchNorm)):
+        if isinstance(module, torch_bn._BatchNorm):
             ref = module.weight if module.weight is not None else module.running_mean
             out = cls(module.num_features, module.eps, module.momentum, module.affine,
                       module.track_running_stats, process_group,

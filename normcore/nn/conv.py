@@ -6,6 +6,7 @@ from torch import Tensor
 
 from .. import _checks as checks
 from .. import functional as F
+from ._fx import traced_as_leaf
 
 __all__ = ["WSConv1d", "WSConv2d", "WSConv3d", "ScaledStdConv2d", "convert_to_ws"]
 
@@ -25,6 +26,8 @@ class _WSConvNd:
         return F.weight_standardize(self.weight, self.ws_eps, convention=self.convention)
 
     def forward(self, input: Tensor) -> Tensor:
+        if (leaf := traced_as_leaf(self, input)) is not None:   # a leaf under fx, as Conv is
+            return leaf
         return self._conv_forward(input, self.standardized_weight(), self.bias)
 
     def extra_repr(self) -> str:
@@ -159,6 +162,8 @@ class ScaledStdConv2d(torch.nn.Conv2d):
         return what * (self.gain * self.scale)
 
     def forward(self, input: Tensor) -> Tensor:
+        if (leaf := traced_as_leaf(self, input)) is not None:   # a leaf under fx, as Conv is
+            return leaf
         return self._conv_forward(input, self.standardized_weight(), self.bias)
 
     def extra_repr(self) -> str:

@@ -49,6 +49,7 @@ from torch.nn import Module, Parameter
 
 from .. import _checks as checks
 from .. import functional as F
+from ._fx import traced_as_leaf
 from ._params import affine_parameters, reset_affine
 from .normalization import LayerNorm
 
@@ -108,6 +109,8 @@ class DyT(Module):
         reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
+        if (leaf := traced_as_leaf(self, input)) is not None:   # a leaf under fx, as a norm is
+            return leaf
         return F.dyt(input, self.alpha, self.weight, self.bias, channels_last=self.channels_last,
                      normalized_shape=self.normalized_shape)
 

@@ -1,18 +1,23 @@
-"""InstanceNorm modules (torch's defaults: ``affine=False, track_running_stats=False``)."""
+"""InstanceNorm modules (torch's defaults: ``affine=False, track_running_stats=False``).
+
+Each subclasses the ``torch.nn`` class it replaces (``torch.nn.InstanceNorm2d`` etc.); torch's
+constructor, buffers and ``_load_from_state_dict`` are reused, the forward is normcore's."""
 from __future__ import annotations
 
 import warnings
 
 from torch import Tensor
+from torch.nn.modules import instancenorm as torch_in
 
 from .. import _checks as checks
 from .. import functional as F
+from ._fx import traced_as_leaf
 from .batchnorm import _NormBase
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
 
-class _InstanceNorm(_NormBase):
+class _InstanceNorm(_NormBase, torch_in._InstanceNorm):
     """InstanceNorm: statistics per sample and channel over the spatial dims.
 
     Defaults differ from BatchNorm, as in torch: ``affine=False, track_running_stats=False``.
@@ -37,6 +42,8 @@ class _InstanceNorm(_NormBase):
                 f"{type(self).__name__} takes {self._shape_hint}")
 
     def forward(self, input: Tensor) -> Tensor:
+        if (leaf := traced_as_leaf(self, input)) is not None:
+            return leaf
         cls = type(self).__name__
         checks.check_float(input, "input", cls)
         self._check_input_dim(input)
@@ -58,21 +65,21 @@ class _InstanceNorm(_NormBase):
         return y.squeeze(0) if unbatched else y
 
 
-class InstanceNorm1d(_InstanceNorm):
+class InstanceNorm1d(_InstanceNorm, torch_in.InstanceNorm1d):
     """InstanceNorm over ``(N, C, L)`` or ``(C, L)``."""
 
     _no_batch_dim = 2
     _shape_hint = "(N, C, L) or (C, L)"
 
 
-class InstanceNorm2d(_InstanceNorm):
+class InstanceNorm2d(_InstanceNorm, torch_in.InstanceNorm2d):
     """InstanceNorm over ``(N, C, H, W)`` or ``(C, H, W)``."""
 
     _no_batch_dim = 3
     _shape_hint = "(N, C, H, W) or (C, H, W)"
 
 
-class InstanceNorm3d(_InstanceNorm):
+class InstanceNorm3d(_InstanceNorm, torch_in.InstanceNorm3d):
     """InstanceNorm over ``(N, C, D, H, W)`` or ``(C, D, H, W)``."""
 
     _no_batch_dim = 4

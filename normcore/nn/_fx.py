@@ -1,0 +1,23 @@
+"""torch.fx's leaf rule for normcore's modules.
+
+``torch.fx.Tracer.is_leaf_module`` keeps a module as one ``call_module`` node when its class
+lives in ``torch.nn`` (it reads ``type(m).__module__``); every other module is traced
+through.  normcore's modules answer to ``normcore.nn`` (reprs, pickles), so fx would trace
+into them, and their forward, which checks shapes and dtypes in Python, cannot be traced
+symbolically.  Instead, a forward that receives an ``fx.Proxy`` records itself as the
+``call_module`` node a torch norm gives, so the graph has the same nodes as with torch's
+norms, and running the ``GraphModule`` calls the normcore module.
+"""
+from __future__ import annotations
+
+from torch import fx
+from torch.nn import Module
+
+
+def traced_as_leaf(module: Module, input) -> fx.Proxy | None:
+    """Under ``torch.fx`` symbolic tracing, the ``call_module`` node of ``module`` applied to
+    ``input``; otherwise (a tensor) None."""
+    if not isinstance(input, fx.Proxy):
+        return None
+    tracer = input.tracer
+    return tracer.create_proxy("call_module", tracer.path_of_module(module), (input,), {})

@@ -1,0 +1,314 @@
+"""Swap a model's norm layers between ``torch.nn`` and ``normcore.nn``, in place.
+
+``from_torch(model)`` turns every torch norm layer (BatchNorm1d/2d/3d, SyncBatchNorm,
+InstanceNorm1d/2d/3d, LayerNorm, RMSNorm, GroupNorm) into normcore's, ``to_torch(model)``
+does the reverse.  The swap changes the *class* of each layer object (``m.__class__``) and
+nothing else: normcore's classes subclass torch's and add no attribute, so the object keeps
+its parameters (the same ``Parameter`` objects: an optimizer built before still holds them),
+buffers, hooks, training flag, device, dtype and ``requires_grad``, and its parent needs no
+new child.
+
+A *subclass* of a torch norm (timm's ``LayerNorm2d``, which permutes NCHW to NHWC around
+``F.layer_norm``; ``BatchNormAct2d`` and ``GroupNormAct``, a norm followed by drop and
+activation) keeps its own forward: its object gets a twin class, made once per class, that
+inherits from (the user's class, normcore's class).  If the user's class keeps torch's
+forward, the twin runs normcore's.  If it overrides forward, the twin runs that forward under
+a ``TorchFunctionMode`` that hands the calls to ``torch.nn.functional.batch_norm`` /
+``instance_norm`` / ``layer_norm`` / ``group_norm`` / ``rms_norm`` to normcore's functions
+of the same signature, so the permutes, drops and activations are the user's and the
+normalization is normcore's.  A forward that calls none of them (a fused kernel, say) is
+reported by a warning on its first call: its output is still torch's math.  A layer with a
+``torch.nn.utils.parametrize`` parametrization (whose class is ``Parametrized<class>``) gets
+``Parametrized<new class>``, so the parametrization stays and can still be removed.
+
+Layers normcore has no twin for are left as they are and listed, both in a warning (a silent
+skip is how a model ends up half converted) and in the report that ``report=True`` returns:
+for ``from_torch``, modules whose class name contains ``Norm`` but which do not subclass a
+torch norm (torchvision's ``FrozenBatchNorm2d``, a hand-written ``RmsNorm``); for
+``to_torch``, normcore modules without a torch twin (WSConv*d, ScaledStdConv2d, DyT).
+"""
+from __future__ import annotations
+
+import warnings
+from contextvars import ContextVar
+from typing import NamedTuple
+
+import torch
+from torch.nn import Module
+from torch.nn import functional as TF
+from torch.nn.utils import parametrize
+from torch.overrides import TorchFunctionMode
+
+from .. import _checks as checks
+from .. import functional as F
+from . import batchnorm, instancenorm, normalization
+from ._fx import traced_as_leaf
+
+__all__ = ["from_torch", "to_torch", "Swap"]
+
+# torch class -> normcore class (normcore's subclasses torch's)
+TORCH_TO_NORMCORE: dict[type, type] = {
+    torch.nn.BatchNorm1d: batchnorm.BatchNorm1d,
+    torch.nn.BatchNorm2d: batchnorm.BatchNorm2d,
+    torch.nn.BatchNorm3d: batchnorm.BatchNorm3d,
+    torch.nn.SyncBatchNorm: batchnorm.SyncBatchNorm,
+    torch.nn.InstanceNorm1d: instancenorm.InstanceNorm1d,
+    torch.nn.InstanceNorm2d: instancenorm.InstanceNorm2d,
+    torch.nn.InstanceNorm3d: instancenorm.InstanceNorm3d,
+    torch.nn.LayerNorm: normalization.LayerNorm,
+    torch.nn.RMSNorm: normalization.RMSNorm,
+    torch.nn.GroupNorm: normalization.GroupNorm,
+}
+NORMCORE_TO_TORCH: dict[type, type] = {n: t for t, n in TORCH_TO_NORMCORE.items()}
+
+# torch.nn.functional's norms -> normcore.functional's (same signatures)
+FUNCTIONS = {
+    TF.batch_norm: F.batch_norm, TF.instance_norm: F.instance_norm,
+    TF.layer_norm: F.layer_norm, TF.group_norm: F.group_norm, TF.rms_norm: F.rms_norm,
+}
+
+
+class Swap(NamedTuple):
+    """What a swap did: ``swapped`` holds ``(path, old class, new class)`` per layer,
+    ``skipped`` holds ``(path, class)`` per layer left as it was (no twin)."""
+
+    swapped: list[tuple[str, type, type]]
+    skipped: list[tuple[str, type]]
+
+
+class NormcoreFunctions(TorchFunctionMode):
+    """Inside this mode, ``torch.nn.functional``'s norm functions run normcore's; every other
+    torch function runs as usual.  ``routed`` counts the calls handed over."""
+
+    def __init__(self):
+        super().__init__()
+        self.routed = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        target = FUNCTIONS.get(func)
+        if target is not None:
+            self.routed += 1
+            func = target
+        return func(*args, **(kwargs or {}))
+
+
+def _torch_base(cls: type) -> type | None:
+    """The torch norm class ``cls`` is, or derives from (first in its MRO), or None."""
+    return next((k for k in cls.__mro__ if k in TORCH_TO_NORMCORE), None)
+
+
+def _is_normcore(cls: type) -> bool:
+    return any(k in NORMCORE_TO_TORCH for k in cls.__mro__)
+
+
+_TWINS: dict[type, type] = {}
+_WARNED: set[type] = set()
+_MODE: ContextVar[NormcoreFunctions | None] = ContextVar("normcore_twin_mode", default=None)
+
+
+class _ReachesNormcore(Module):
+    """Between the user's class and normcore's in a twin's MRO: a ``super().forward()`` from
+    the user's forward lands here, on its way to normcore's forward, and is counted."""
+
+    def forward(self, *args, **kwargs):
+        mode = _MODE.get()
+        if mode is not None:
+            mode.routed += 1
+        return super().forward(*args, **kwargs)
+
+
+def _twin_forward(self, *args, **kwargs):
+    if args and (leaf := traced_as_leaf(self, args[0])) is not None:
+        return leaf
+    user = type(self)._normcore_twin_of
+    mode = NormcoreFunctions()
+    with mode:
+        token = _MODE.set(mode)
+        try:
+            out = user.forward(self, *args, **kwargs)
+        finally:
+            _MODE.reset(token)
+    if not mode.routed and user not in _WARNED:
+        _WARNED.add(user)
+        warnings.warn(f"{user.__qualname__}.forward called no torch.nn.functional norm that "
+                      f"normcore could take over; its output is torch's math, not normcore's",
+                      stacklevel=2)
+    return out
+
+
+def _twin_reduce(self, protocol):
+    # the twin class is made at run time: pickle and deepcopy rebuild it from the user's class
+    return (_new_twin, (type(self)._normcore_twin_of,), self.__getstate__())
+
+
+def _new_twin(user: type) -> Module:
+    cls = twin_class(user)
+    return cls.__new__(cls)
+
+
+def twin_class(user: type) -> type:
+    """The class that inherits from ``user`` (a subclass of a torch norm) and from normcore's
+    class for that norm, running ``user``'s forward on normcore's functions (made once)."""
+    twin = _TWINS.get(user)
+    if twin is None:
+        torch_cls = _torch_base(user)
+        namespace = {"_normcore_twin_of": user, "__reduce_ex__": _twin_reduce,
+                     "__module__": user.__module__, "__qualname__": user.__qualname__}
+        if user.forward is not torch_cls.forward:   # the user's forward, normcore's norms
+            namespace["forward"] = _twin_forward
+        twin = type(user.__name__, (user, _ReachesNormcore, TORCH_TO_NORMCORE[torch_cls]),
+                    namespace)
+        _TWINS[user] = twin
+    return twin
+
+
+_REPARAMETRIZED: dict[tuple[type, type], type] = {}
+
+
+def _base_class(m: Module) -> type:
+    """The layer's class before ``torch.nn.utils.parametrize`` (which gives a parametrized
+    layer a class of its own, ``Parametrized<class>``, whose one base is the layer's)."""
+    return type(m).__bases__[0] if parametrize.is_parametrized(m) else type(m)
+
+
+def _with_base(m: Module, new: type) -> type:
+    """``new`` for a plain layer; for a parametrized one, the ``Parametrized<new>`` class
+    with the same parametrization properties (so ``remove_parametrizations`` and
+    ``type_before_parametrizations`` find ``new``)."""
+    cls = type(m)
+    if not parametrize.is_parametrized(m):
+        return new
+    key = (cls, new)
+    if key not in _REPARAMETRIZED:
+        namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        _REPARAMETRIZED[key] = type(f"Parametrized{new.__name__}", (new,), namespace)
+    return _REPARAMETRIZED[key]
+
+
+def _check_normcore_accepts(path: str, m: Module) -> None:
+    """normcore's constructor checks, on a torch layer's settings (normcore is stricter)."""
+    name = f"layer {path or '<model>'} ({type(m).__name__})"
+    try:
+        if m.eps is not None:
+            checks.check_eps(m.eps, name)
+        if hasattr(m, "momentum"):
+            checks.check_momentum(m.momentum)
+    except ValueError as err:
+        raise ValueError(f"from_torch: {name} cannot become normcore's: {err}; change the "
+                         f"layer's setting or leave this layer out of the swap") from err
+
+
+def _check_module(model, caller: str) -> None:
+    if not isinstance(model, Module):
+        raise TypeError(f"{caller} expects a torch.nn.Module, got {type(model).__name__}; "
+                        f"pass the model (e.g. nn.Sequential(*layers) for a list of layers)")
+
+
+def _warn_skipped(caller: str, skipped, why: str) -> None:
+    if skipped:
+        listed = ", ".join(f"{p or '<model>'} ({c.__name__})" for p, c in skipped)
+        warnings.warn(f"{caller} left {len(skipped)} layer(s) as they were: {listed}; {why}",
+                      stacklevel=3)
+
+
+def from_torch(model: Module, *, report: bool = False):
+    r"""Swap every torch norm layer of ``model`` for normcore's, in place.
+
+    Torch's ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, ``InstanceNorm1d/2d/3d``,
+    ``LayerNorm``, ``RMSNorm`` and ``GroupNorm`` become normcore's; a subclass of one of
+    them (timm's ``LayerNorm2d``, ``BatchNormAct2d``, ``GroupNormAct``) keeps its own forward
+    with normcore's normalization in it.  Each layer stays the same object (only its class
+    changes), so its parameters, buffers, hooks, mode, device, dtype and ``requires_grad``
+    are kept, and an optimizer built before still holds the right parameters.  Layers that
+    look like norms (class name with ``Norm``) but do not subclass a torch norm are left as
+    they are and named in a warning.
+
+    Args:
+        model (nn.Module): the model (or a single norm layer) to change.
+        report (bool): also return a :class:`Swap` listing the swapped and skipped layers.
+            Default: ``False``
+
+    Returns:
+        ``model`` (the same object), or ``(model, Swap)`` with ``report=True``.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: a layer's settings are outside what normcore accepts (``eps <= 0``,
+            ``momentum`` outside [0, 1]); nothing is swapped then.
+
+    Example::
+
+        >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.LayerNorm(6))
+        >>> model = normcore.nn.from_torch(model)
+        >>> type(model[1]).__module__, isinstance(model[1], nn.BatchNorm2d)
+        ('normcore.nn', True)
+    """
+    _check_module(model, "from_torch")
+    plan, skipped = [], []
+    for path, m in model.named_modules():
+        cls = _base_class(m)
+        if _is_normcore(cls):
+            continue
+        torch_cls = _torch_base(cls)
+        if torch_cls is None:   # normcore's own (GhostBatchNorm1d, say) are not torch's to swap
+            if "Norm" in cls.__name__ and not cls.__module__.startswith("normcore"):
+                skipped.append((path, cls))
+            continue
+        _check_normcore_accepts(path, m)
+        new = TORCH_TO_NORMCORE[cls] if cls is torch_cls else twin_class(cls)
+        plan.append((path, m, _with_base(m, new)))
+    swapped = _apply(plan)
+    _warn_skipped("from_torch", skipped, "they do not subclass a torch.nn norm, so normcore "
+                  "has no twin for them")
+    return (model, Swap(swapped, skipped)) if report else model
+
+
+def to_torch(model: Module, *, report: bool = False):
+    r"""Swap every normcore norm layer of ``model`` back to torch's, in place.
+
+    The reverse of :func:`from_torch`: ``normcore.nn.BatchNorm2d`` becomes
+    ``torch.nn.BatchNorm2d`` (and so on), and a layer :func:`from_torch` gave a twin class
+    gets its own class back.  Each layer stays the same object, with the same parameters,
+    buffers, hooks, mode, device, dtype and ``requires_grad``.  normcore layers without a
+    torch twin (``WSConv*d``, ``ScaledStdConv2d``, ``DyT``, subclasses of normcore's classes)
+    are left as they are and named in a warning.
+
+    Args:
+        model (nn.Module): the model (or a single norm layer) to change.
+        report (bool): also return a :class:`Swap` listing the swapped and skipped layers.
+            Default: ``False``
+
+    Returns:
+        ``model`` (the same object), or ``(model, Swap)`` with ``report=True``.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+
+    Example::
+
+        >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), normcore.nn.BatchNorm2d(8))
+        >>> model, swap = normcore.nn.to_torch(model, report=True)
+        >>> type(model[1]), len(swap.swapped)
+        (<class 'torch.nn.modules.batchnorm.BatchNorm2d'>, 1)
+    """
+    _check_module(model, "to_torch")
+    plan, skipped = [], []
+    for path, m in model.named_modules():
+        cls = _base_class(m)
+        if cls in NORMCORE_TO_TORCH:
+            plan.append((path, m, _with_base(m, NORMCORE_TO_TORCH[cls])))
+        elif "_normcore_twin_of" in cls.__dict__:
+            plan.append((path, m, _with_base(m, cls._normcore_twin_of)))
+        elif cls.__module__ == "normcore.nn" or _is_normcore(cls):
+            skipped.append((path, cls))
+    swapped = _apply(plan)
+    _warn_skipped("to_torch", skipped, "torch.nn has no class that computes the same thing")
+    return (model, Swap(swapped, skipped)) if report else model
+
+
+def _apply(plan) -> list[tuple[str, type, type]]:
+    done = []
+    for path, m, new in plan:
+        done.append((path, type(m), new))
+        m.__class__ = new
+    return done

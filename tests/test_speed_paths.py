@@ -1,0 +1,264 @@
+"""The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows, and
+GroupNorm and InstanceNorm recomputing x - mu (normcore.rows), against
+core.normalize_formula, grad.boxed_backward and torch, on the shapes that select the paths
+and on shapes that do not; and outputs keep the memory format torch's do (channels_last)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import normcore.functional as F
+from normcore import axes, core, grad, rows
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """The row path on small tensors: every input of 64 elements or more, blocks of 40
+    elements, so that the shapes below have several blocks and a short last one."""
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 64)
+    monkeypatch.setattr(rows, "BLOCK_ELEMENTS", max(1, 40 // torch.get_num_threads()))
+
+
+def _fast_path_equals_the_reference(lay, x, affine, gen):
+    """Normalize on ``lay`` (a fast path) against the formula (output, statistics) and the
+    boxed backward (each gradient), and a second backward through the same graph against
+    the first (nothing saved was overwritten)."""
+    w = b = None
+    if affine in ("both", "weight"):
+        w = (torch.rand(lay.affine_shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    if affine in ("both", "bias"):
+        b = torch.randn(lay.affine_shape, generator=gen, dtype=torch.float64).requires_grad_(True)
+    gy = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    y, mean, var = grad.Normalize.apply(x, w, b, lay, 1e-5)
+    ref = core.normalize_formula(x, lay, 1e-5, w, b)
+    torch.testing.assert_close(y, ref.output)
+    torch.testing.assert_close(mean, ref.mean)
+    torch.testing.assert_close(var, ref.var)
+    leaves = [t for t in (x, w, b) if t is not None]
+    fast = torch.autograd.grad(y, leaves, gy, retain_graph=True)
+    st = core.standardize(x.detach(), lay, 1e-5)
+    boxed = grad.boxed_backward(gy, st.xhat, st.inv_std, None if w is None else w.detach(), lay)
+    torch.testing.assert_close(fast[0], boxed[0])
+    if w is not None:
+        torch.testing.assert_close(fast[1], boxed[1])
+    if b is not None:
+        torch.testing.assert_close(fast[-1], boxed[2])
+    again = torch.autograd.grad(y, leaves, gy)
+    for a, f in zip(again, fast):
+        torch.testing.assert_close(a, f, rtol=0, atol=0)
+
+
+ROW_CASES = [  # (norm, shape, normalized_ndim, affine): rows of 8, 12 and 35 elements
+    *[("layer", shape, k, affine) for shape, k in (((3, 5, 8), 1), ((6, 3, 4), 2), ((2, 5, 7), 2))
+      for affine in ("both", "weight", "bias", "none")],
+    *[("rms", shape, 1, affine) for shape in ((3, 5, 8), (6, 12)) for affine in ("weight", "none")],
+]
+
+
+@pytest.mark.parametrize("norm, shape, k, affine", ROW_CASES)
+def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm, shape, k, affine):
+    gen = torch.Generator().manual_seed(len(shape) * 11 + k)
+    lay = axes.layout(norm, shape, normalized_ndim=k)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
+    assert rows.applies(lay, x) and len(rows._blocks(lay.num_sets, lay.set_size)) > 1
+    _fast_path_equals_the_reference(lay, x, affine, gen)
+
+
+@pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
+def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, wanted):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 6, 10, generator=gen, dtype=torch.float64)
+    w = torch.rand(10, generator=gen, dtype=torch.float64) + 0.5
+    b = torch.randn(10, generator=gen, dtype=torch.float64)
+    gy = torch.randn(4, 6, 10, generator=gen, dtype=torch.float64)
+    leaf = {"x": x, "weight": w, "bias": b}[wanted].requires_grad_(True)
+    got = torch.autograd.grad(grad.layer_norm(x, (10,), w, b), leaf, gy)[0]
+    xr, wr, br = (t.detach().clone().requires_grad_(t is leaf) for t in (x, w, b))
+    ref = torch.autograd.grad(TF.layer_norm(xr, (10,), wr, br), {"x": xr, "weight": wr, "bias": br}[wanted], gy)[0]
+    torch.testing.assert_close(got, ref)
+
+
+def test_row_blocks_are_twice_differentiable(small_blocks):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(6, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    b = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert rows.applies(axes.layout("layer", x.shape, normalized_ndim=1), x)
+    assert torch.autograd.gradgradcheck(lambda x, w, b: grad.layer_norm(x, (6,), w, b), (x, w, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_row_blocks_in_half_precision_match_torch(small_blocks, dtype):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(4, 5, 16, generator=gen).to(dtype).requires_grad_(True)
+    w = (torch.rand(16, generator=gen) + 0.5).to(dtype).requires_grad_(True)
+    b = torch.randn(16, generator=gen).to(dtype).requires_grad_(True)
+    gy = torch.randn(4, 5, 16, generator=gen).to(dtype)
+    y = F.layer_norm(x, (16,), w, b)
+    got = torch.autograd.grad(y, (x, w, b), gy)
+    xr, wr, br = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+    yr = TF.layer_norm(xr, (16,), wr, br)
+    ref = torch.autograd.grad(yr, (xr, wr, br), gy)
+    assert y.dtype == dtype and all(g.dtype == dtype for g in got)
+    tol = dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(y, yr, **tol)
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, **tol)
+
+
+@pytest.mark.parametrize("norm, shape, G, k", [
+    ("group", (4, 6, 5), 3, None), ("instance", (4, 3, 7), None, None),
+    ("batch", (5, 3, 4), None, None), ("layer", (3, 5, 8), None, 1)])
+def test_batch_norm_and_inputs_made_non_contiguous_take_the_plain_path(small_blocks, norm, shape, G, k):
+    lay = axes.layout(norm, shape, G, k)
+    x = torch.randn(shape, dtype=torch.float64)
+    assert rows.applies(lay, x) == (norm != "batch")
+    xt = torch.randn(tuple(reversed(shape)), dtype=torch.float64).permute(*range(len(shape) - 1, -1, -1))
+    assert not rows.applies(lay, xt)              # a permuted input: the plain path
+    xt.requires_grad_(True)
+    y = grad.Normalize.apply(xt, None, None, lay, 1e-5)[0]
+    torch.testing.assert_close(y, core.normalize_formula(xt, lay, 1e-5).output)
+
+
+def test_row_blocks_at_their_real_size_match_torch():
+    """Default thresholds: a (64, 16, 1024) input in blocks of 512 rows per thread."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 16, 1024, generator=gen) * 2 + 3).requires_grad_(True)
+    w = (torch.rand(1024, generator=gen) + 0.5).requires_grad_(True)
+    b = torch.randn(1024, generator=gen).requires_grad_(True)
+    lay = axes.layout("layer", x.shape, normalized_ndim=1)
+    blocks = rows._blocks(lay.num_sets, lay.set_size)
+    assert rows.applies(lay, x) and blocks[0] == (0, min(1024, 512 * torch.get_num_threads()))
+    gy = torch.randn(x.shape, generator=gen)
+    y = F.layer_norm(x, (1024,), w, b)
+    got = torch.autograd.grad(y, (x, w, b), gy)
+    xr, wr, br = (t.detach().clone().requires_grad_(True) for t in (x, w, b))
+    yr = TF.layer_norm(xr, (1024,), wr, br)
+    ref = torch.autograd.grad(yr, (xr, wr, br), gy)
+    torch.testing.assert_close(y, yr, rtol=1e-5, atol=1e-5)
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-3)
+    with torch.no_grad():                                    # the no-gradient path too
+        torch.testing.assert_close(F.layer_norm(x, (1024,), w, b), yr, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# GroupNorm and InstanceNorm: x - mu recomputed in the backward (rows.forward_groups)
+# ---------------------------------------------------------------------------------------
+GROUP_CASES = [("group", (3, 6, 5), 3), ("group", (2, 6, 3, 4), 2), ("group", (2, 4, 3, 2, 3), 4),
+               ("group", (3, 4, 7), 1), ("instance", (3, 4, 7), None), ("instance", (2, 3, 4, 5), None)]
+
+
+@pytest.mark.parametrize("norm, shape, G", GROUP_CASES)
+@pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
+def test_group_path_equals_the_formula_and_the_boxed_backward(small_blocks, norm, shape, G, affine):
+    gen = torch.Generator().manual_seed(len(shape) * 13 + (G or 0))
+    lay = axes.layout(norm, shape, G)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
+    assert rows.applies(lay, x)
+    _fast_path_equals_the_reference(lay, x, affine, gen)
+
+
+@pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
+def test_group_path_gives_only_the_gradients_asked_for(small_blocks, wanted):
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 6, 4, 5, generator=gen, dtype=torch.float64)
+    w = torch.rand(6, generator=gen, dtype=torch.float64) + 0.5
+    b = torch.randn(6, generator=gen, dtype=torch.float64)
+    gy = torch.randn(3, 6, 4, 5, generator=gen, dtype=torch.float64)
+    leaf = {"x": x, "weight": w, "bias": b}[wanted].requires_grad_(True)
+    got = torch.autograd.grad(grad.group_norm(x, 3, w, b), leaf, gy)[0]
+    xr, wr, br = (t.detach().clone().requires_grad_(t is leaf) for t in (x, w, b))
+    ref = torch.autograd.grad(TF.group_norm(xr, 3, wr, br), {"x": xr, "weight": wr, "bias": br}[wanted], gy)[0]
+    torch.testing.assert_close(got, ref)
+
+
+def test_group_path_is_twice_differentiable_and_matches_torch_in_bfloat16(small_blocks):
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 4, 3, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(4, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
+    b = torch.randn(4, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x, w, b: grad.group_norm(x, 2, w, b), (x, w, b))
+    xb = torch.randn(4, 8, 5, 5, generator=gen).bfloat16().requires_grad_(True)
+    gy = torch.randn(4, 8, 5, 5, generator=gen).bfloat16()
+    y = F.group_norm(xb, 4)
+    got = torch.autograd.grad(y, xb, gy)[0]
+    xr = xb.detach().clone().requires_grad_(True)
+    yr = TF.group_norm(xr, 4)
+    ref = torch.autograd.grad(yr, xr, gy)[0]
+    assert y.dtype == got.dtype == torch.bfloat16
+    torch.testing.assert_close(y, yr, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
+
+
+# ---------------------------------------------------------------------------------------
+# memory format: outputs as torch's (channels_last kept by BN, GN and RMSNorm; IN and LN
+# return contiguous outputs), with and without gradients, values unchanged
+# ---------------------------------------------------------------------------------------
+C = 8
+_RM, _RV = torch.randn(C), torch.rand(C) + 0.5
+_W, _B = torch.rand(C) + 0.5, torch.randn(C)
+FORMAT_CASES = {
+    "batch train": lambda m, x: m.batch_norm(x, _RM.clone(), _RV.clone(), _W, _B, True),
+    "batch eval": lambda m, x: m.batch_norm(x, _RM, _RV, _W, _B, False),
+    "instance": lambda m, x: m.instance_norm(x, weight=_W, bias=_B),
+    "instance running": lambda m, x: m.instance_norm(x, _RM.clone(), _RV.clone(), _W, _B),
+    "group": lambda m, x: m.group_norm(x, 4, _W, _B),
+    "layer (C, *S)": lambda m, x: m.layer_norm(x, x.shape[1:]),
+    "layer last dim": lambda m, x: m.layer_norm(x, x.shape[-1:]),
+    "rms (C, *S)": lambda m, x: m.rms_norm(x, list(x.shape[1:])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORMAT_CASES))
+@pytest.mark.parametrize("shape, fmt", [((4, C, 5, 6), torch.channels_last),
+                                        ((2, C, 3, 4, 5), torch.channels_last_3d)])
+@pytest.mark.parametrize("with_grad", [False, True])
+def test_outputs_keep_the_memory_format_torch_keeps(case, shape, fmt, with_grad):
+    fn = FORMAT_CASES[case]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(memory_format=fmt)
+    gy = torch.randn(shape).to(memory_format=fmt)
+    out = {}
+    for name, mod in (("torch", TF), ("normcore", F)):
+        xs = x.detach().clone(memory_format=torch.preserve_format).requires_grad_(with_grad)
+        y = fn(mod, xs)
+        out[name] = (y, torch.autograd.grad(y, xs, gy)[0] if with_grad else None)
+    (yt, gt), (yn, gn) = out["torch"], out["normcore"]
+    assert yn.is_contiguous(memory_format=fmt) == yt.is_contiguous(memory_format=fmt)
+    assert yn.is_contiguous() == yt.is_contiguous()
+    torch.testing.assert_close(yn, yt, rtol=1e-4, atol=1e-4)
+    if with_grad:
+        assert gn.is_contiguous(memory_format=fmt) == gt.is_contiguous(memory_format=fmt)
+        torch.testing.assert_close(gn, gt, rtol=1e-4, atol=1e-4)
+
+
+def test_the_memory_format_check_can_fail():
+    """torch's BatchNorm keeps channels_last; an output made contiguous would not."""
+    x = torch.randn(4, C, 5, 6).to(memory_format=torch.channels_last)
+    y = F.batch_norm(x, _RM, _RV, _W, _B, False)
+    assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+    assert core.output_format(axes.layout("batch", x.shape), x) == torch.channels_last
+    assert core.output_format(axes.layout("instance", x.shape), x) == torch.contiguous_format
+    assert core.output_format(axes.layout("batch", x.shape), x.contiguous()) == torch.contiguous_format
+
+
+@pytest.mark.parametrize("shape, fmt", [((3, 8, 5, 6), torch.channels_last),
+                                        ((2, 8, 3, 4, 5), torch.channels_last_3d)])
+@pytest.mark.parametrize("G", [1, 4, 8])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
+    """Without gradients, GN on a channels_last input runs on the (N, P, G, C/G) view of its
+    memory (core.group_norm_channels_last): the formula's output and statistics."""
+    gen = torch.Generator().manual_seed(G)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).to(memory_format=fmt)
+    w = torch.rand(shape[1], generator=gen, dtype=torch.float64) + 0.5 if affine else None
+    b = torch.randn(shape[1], generator=gen, dtype=torch.float64) if affine else None
+    lay = axes.layout("group", shape, G)
+    got = core.group_norm_channels_last(x, lay, 1e-5, w, b)
+    ref = core.normalize_formula(x.contiguous(), lay, 1e-5, w, b)
+    torch.testing.assert_close(got.output, ref.output)
+    torch.testing.assert_close(got.mean, ref.mean)
+    torch.testing.assert_close(got.var, ref.var)
+    assert got.output.is_contiguous(memory_format=fmt)
+    torch.testing.assert_close(F.group_norm(x, G, w, b), got.output, rtol=0, atol=0)
