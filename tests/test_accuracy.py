@@ -73,21 +73,31 @@ def assert_no_worse(ours, theirs, margin=1.25, floor=3 * U):
             assert a <= max(margin * t, floor), (name, a, t)
 
 
+OPS["layer_norm"] = (lambda x, w, b: F.layer_norm(x, x.shape[-1:], w.repeat(x.shape[-1] // 16),
+                                                  b.repeat(x.shape[-1] // 16)),
+                    lambda x, w, b: TF.layer_norm(x, x.shape[-1:], w.repeat(x.shape[-1] // 16),
+                                                  b.repeat(x.shape[-1] // 16)))
+# the small shape takes normcore.grad.Normalize's plain path, the large one normcore.rows
+SHAPES = {"small": (8, 16, 16, 16), "rows": (16, 16, 64, 64)}
+
+
+@pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("kind", ["big_mean", "near_const"])
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_no_worse_than_torch_when_the_mean_dominates(op, kind):
+def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size):
     # before: 2-5x torch's error on y, dx and dgamma (the rounded mean shifted x_hat)
     ours, theirs = OPS[op]
-    x = _x((8, 16, 16, 16), kind)
+    x = _x(SHAPES[size], kind)
     w, b = _affine(16)
     assert_no_worse(errors(ours, x, w, b), errors(theirs, x, w, b))
 
 
+@pytest.mark.parametrize("batch", [4, 16])
 @pytest.mark.parametrize("kind", ["normal", "big_mean"])
-def test_layer_norm_over_long_sets_no_worse_than_torch(kind):
+def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch):
     # before: 4x torch's error on y and dx with one set of 32 * 32 * 64 values
-    # (vector_norm's float32 sum of squares)
-    x = _x((4, 64, 32, 32), kind)
+    # (vector_norm's float32 sum of squares); batch 16 takes normcore.rows
+    x = _x((batch, 64, 32, 32), kind)
     w, b = _affine(64 * 32 * 32)
     w, b = w.reshape(64, 32, 32), b.reshape(64, 32, 32)
     ours = errors(lambda x, w, b: F.layer_norm(x, x.shape[1:], w, b), x, w, b)
@@ -129,10 +139,11 @@ def test_instance_norm_hypothesis_case_under_generic_kernels():
     assert ours[1] <= max(1.25 * theirs[1], 4 * U), (ours, theirs)
 
 
+@pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_well_conditioned_within_two_roundings(op):
+def test_well_conditioned_within_four_roundings(op, size):
     ours, _ = OPS[op]
-    x = _x((8, 16, 16, 16), "normal")
+    x = _x(SHAPES[size], "normal")
     w, b = _affine(16)
     for name, e in zip(("y", "dx", "dgamma", "dbeta"), errors(ours, x, w, b)):
         assert e <= 4 * U, (name, e)
