@@ -64,9 +64,10 @@ OPS = {
 }
 
 
-def assert_no_worse(ours, theirs, margin=1.25, floor=3 * U):
-    """Each of our errors <= margin * torch's, or within ``floor`` (three roundings: the
-    sums the fix did not touch, such as dbeta, differ from torch's by a rounding or so)."""
+def assert_no_worse(ours, theirs, margin=1.25, floor=4 * U):
+    """Each of our errors <= margin * torch's, or within ``floor`` (four roundings of the
+    largest value: where both are that small, which is smaller depends on the CPU's kernels;
+    under ATEN_CPU_CAPABILITY=default a LayerNorm's dgamma is 1.6 roundings to torch's 1)."""
     for name, a, t in zip(("y", "dx", "dgamma", "dbeta"), ours, theirs):
         assert (a is None) == (t is None), name
         if a is not None:
@@ -153,14 +154,9 @@ def test_well_conditioned_within_four_roundings(op, size):
 def test_weight_standardize_no_worse_than_torch(convention):
     # float32 weights are standardized through float64; the float32 pass was 1.4-1.9x the
     # error of torch's forms of each convention on an ordinary conv weight
-    def theirs(w, _a=None, _b=None):
-        dims = tuple(range(1, w.dim()))
-        if convention == "original":
-            return (w - w.mean(dims, keepdim=True)) / (w.std(dims, keepdim=True) + 1e-5)
-        if convention == "bit":
-            var, mu = torch.var_mean(w, dims, correction=0, keepdim=True)
-            return (w - mu) / torch.sqrt(var + 1e-10)
-        return _ws_timm(w)
+    from test_grad import ws_reference
+    eps = F.WS_CONVENTIONS[convention]["eps"]
+    theirs = lambda w, _a, _b: ws_reference(w, eps, convention)  # noqa: E731
     w = _x((256, 128, 3, 3), "normal")
     ours = errors(lambda w, _a, _b: F.weight_standardize(w, convention=convention), w)
     assert_no_worse(ours, errors(theirs, w), margin=1.0, floor=0.0)
