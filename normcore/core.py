@@ -74,6 +74,14 @@ class Normalized(NamedTuple):
 # ---------------------------------------------------------------------------------------
 # sums
 # ---------------------------------------------------------------------------------------
+def _known(cond) -> bool:
+    """``cond``, or under torch.export's symbolic sizes whether it is known true (no guard)."""
+    if isinstance(cond, torch.SymBool):
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        return statically_known_true(cond)
+    return bool(cond)
+
+
 def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum.
 
@@ -85,10 +93,18 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     if not dims:
         return t
     nd, k = t.dim(), len(dims)
-    big = t.numel() >= 1 << 15
-    if isinstance(big, torch.SymBool):  # torch.export's symbolic batch size: no guard on it
-        from torch.fx.experimental.symbolic_shapes import statically_known_true
-        big = statically_known_true(big)
+    if t.dtype == torch.float32:
+        # float32 sums as torch's BatchNorm takes them: each row of trailing dims in float32,
+        # the rest (BN's batch dim, or a small tensor) in float64
+        sd, j = sorted(dims), k
+        while j > 0 and sd[j - 1] == nd - (k - j) - 1:
+            j -= 1
+        trailing, rest = tuple(sd[j:]), tuple(sd[:j])
+        if rest and trailing:
+            return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(t.dtype)
+        if _known(t.numel() <= 1 << 16):
+            return t.sum(dims, keepdim=True, dtype=torch.float64).to(t.dtype)
+    big = _known(t.numel() >= 1 << 15)
     if big and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
         lead = t.shape[:nd - k]
         return t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
@@ -102,10 +118,10 @@ def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
 
     When ``dims`` are the trailing dims (LN, IN, GN, WS) each set is one row of a
     ``(sets, |S|)`` matrix, and the sum is a row reduction: ``torch.linalg.vecdot`` of the
-    rows, or for ``a is b`` (a sum of squares) the squared 2-norm
-    ``torch.linalg.vector_norm(...) ** 2``, one fused reduction that never writes the product
-    (measured 13x faster than a batch of ``bmm`` dot products and 2x faster than
-    ``(a * a).sum``, at (2048, 512) on one thread).  ``vecdot`` writes the product to a
+    rows, or for ``a is b`` (a sum of squares) squared 2-norms (:func:`sum_of_squares`),
+    fused reductions that never write the product (measured 13x faster than a batch of
+    ``bmm`` dot products and 2x faster than ``(a * a).sum``, at (2048, 512) on one thread).
+    ``vecdot`` writes the product to a
     temporary on CPU, so with ``out`` the product goes there instead (a fresh full-size
     temporary costs page faults).  BN's dims ``(0, 2, 3, ...)`` are not contiguous (a row
     view would need a permuted copy), so there the product is formed and summed.
@@ -119,11 +135,28 @@ def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
         lead, n = a.shape[:nd - k], math.prod(a.shape[nd - k:])
         rows = a.reshape(-1, n)
         if a is b:
-            sums = torch.linalg.vector_norm(rows, dim=-1).square()
+            sums = sum_of_squares(rows)
         else:
             sums = torch.linalg.vecdot(rows, b.reshape(-1, n), dim=-1)
         return sums.reshape(lead + (1,) * k)
     return (a * b).sum(dims, keepdim=True)
+
+
+def sum_of_squares(rows: torch.Tensor) -> torch.Tensor:
+    """The sum of squares of each row of a contiguous ``(R, n)``: ``vector_norm(...) ** 2``
+    over chunks of at most 256 values, whose squares are then summed.  ``vector_norm``
+    accumulates sequentially in float32 (no pairwise summation): over one long set (a
+    LayerNorm over (C, H, W), 65536 values) its error was 4x torch's, over an InstanceNorm
+    set of 1024 values 2x.  A long row that
+    cannot be cut into equal chunks is summed by ``vecdot`` (pairwise; writes the squares)."""
+    n = rows.shape[-1]
+    if n <= 256:
+        return torch.linalg.vector_norm(rows, dim=-1).square()
+    chunk = next((c for c in (256, 128, 64) if n % c == 0), None)
+    if chunk is None:
+        return torch.linalg.vecdot(rows, rows, dim=-1)
+    parts = torch.linalg.vector_norm(rows.reshape(rows.shape[0], n // chunk, chunk), dim=-1)
+    return parts.square().sum(-1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -138,23 +171,41 @@ def moments(xv: torch.Tensor, lay: Layout, correction: int = 0,
     contraction (exact up to rounding; :math:`E[x^2]-E[x]^2` would cancel catastrophically
     when :math:`|\mu| \gg \sigma`).  Uncentered layouts (RMSNorm): :math:`\mu = 0`, the
     mean square, and ``x`` itself.
+
+    The mean is corrected once (the corrected two-pass algorithm): the rounded mean
+    :math:`\tilde\mu` is off by about one rounding of :math:`|\mu|`, which shifts every
+    :math:`\hat x` by :math:`u|\mu|/\sigma`: when :math:`|\mu| \gg \sigma` that is the
+    whole float32 error (3-5x torch's, whose mean is summed in float64).  The centered values
+    :math:`x - \tilde\mu` are nearly exact (the two are close), so their mean
+    :math:`\delta` is the error of :math:`\tilde\mu`, found to a rounding of
+    :math:`\delta` itself; subtracting it leaves the centered values good to a rounding of
+    :math:`x - \mu`.
     """
     n = lay.set_size - correction
     if not lay.centered:
         mean = xv.new_zeros(lay.stat_shape)
         return mean, sum_of_products(xv, xv, lay.reduce_dims) / n, xv
-    mean = sum_keep(xv, lay.reduce_dims) / lay.set_size           # mu
+    mean = sum_keep(xv, lay.reduce_dims) / lay.set_size           # mu, rounded
     centered = torch.sub(xv, mean, out=out)                       # x - mu
+    delta = sum_keep(centered, lay.reduce_dims) / lay.set_size    # the rounding error of mu
+    centered = centered.sub_(delta) if writes_in_place() else centered - delta
     var = sum_of_products(centered, centered, lay.reduce_dims) / n  # sum (x - mu)^2 / (n - c)
-    return mean, var, centered
+    return mean + delta, var, centered
 
 
 def inverse_std(var: torch.Tensor, eps: float, eps_mode: str = "inside") -> torch.Tensor:
-    """Step (3): ``r = 1 / sqrt(var + eps)``, or ``1 / (sqrt(var) + eps)`` outside."""
+    """Step (3): ``r = 1 / sqrt(var + eps)``, or ``1 / (sqrt(var) + eps)`` outside.
+
+    A float32 ``var`` is taken through float64 (one value per set: cheap) and ``r`` rounded
+    once, as torch's BatchNorm does; float32 ``rsqrt`` is off by one or two roundings, and
+    every output of the set carries that relative error."""
+    dtype = var.dtype
+    if dtype == torch.float32:
+        var = var.double()
     if eps_mode == "inside":
-        return torch.rsqrt(var + eps)
+        return torch.rsqrt(var + eps).to(dtype)
     if eps_mode == "outside":
-        return 1.0 / (var.sqrt() + eps)
+        return (1.0 / (var.sqrt() + eps)).to(dtype)
     raise ValueError(f"eps_mode must be 'inside' or 'outside', got {eps_mode!r}")
 
 
@@ -188,6 +239,10 @@ def apply_affine(centered: torch.Tensor, inv_std, lay: Layout, weight, bias,
     else:
         centered = torch.mul(centered, inv_std, out=out)        # x_hat
         scale = w                                               # gamma x_hat (per element)
+    if scale is not None and b is not None and out is not None and out is not centered:
+        # into a free output: beta, then + (x - mu) * scale as one fused multiply-add (one
+        # rounding where multiply-then-add rounds twice: torch's BatchNorm rounds once)
+        return out.copy_(b.expand_as(out)).addcmul_(centered, scale)
     if scale is not None:
         y = torch.mul(centered, scale, out=out)
     elif b is not None:
@@ -280,3 +335,15 @@ def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
     reuse = centered is not xv and writes_in_place()
     xhat = torch.mul(centered, inv_std, out=centered if reuse else None)
     return Standardized(xhat, mean, var, inv_std)
+
+
+def ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, n: int, m) -> torch.Tensor:
+    r"""Weight Standardization's input gradient (:class:`normcore.grad.WeightStandardize`),
+    :math:`r\,(d - \bar d - \hat w \sum d\hat w / m)`, as
+    :math:`(d - \bar d)\,r + \hat w\,(-r \sum d\hat w / m)`.  At a zero-initialised
+    weight (:math:`\hat w = 0`, :math:`r = 1/\sqrt\epsilon`) the gradient is
+    :math:`r (d - \bar d)`: rounding :math:`d - \bar d` once and then the product is as
+    accurate as torch's BatchNorm backward (timm's StdConv2d), where the
+    :math:`r d - r\bar d` of the activations' fast path was 2.3x less accurate."""
+    grad = torch.sub(d, sum_d / n).mul_(inv_std)                # (d - mean d) r
+    return grad.addcmul_(w_hat, sum_dwhat * inv_std / (-m))     #   - r w_hat sum(d w_hat) / m

@@ -169,7 +169,7 @@ from . import rows
 from .axes import Layout, layout
 from .core import (affine_out_of_place, apply_affine, compute_dtype, inverse_std,
                    moments, output_format, scale_is_small, standardize, sum_keep,
-                   sum_of_products, writes_in_place)
+                   sum_of_products, writes_in_place, ws_grad_input)
 
 # The ops that run these Functions are those of normcore.functional (``backward="derived"``,
 # their default): one op per name.
@@ -429,7 +429,9 @@ class WeightStandardize(torch.autograd.Function):
     @staticmethod
     def forward(weight, eps: float, correction: int, eps_mode: str):
         lay = layout("layer", weight.shape)             # S = one output channel's weights
-        w_hat, _mean, var, inv_std = standardize(weight, lay, eps, correction, eps_mode)
+        # a weight is small: float32 goes through float64 (was up to 1.9x torch's error)
+        wd = weight.double() if weight.dtype == torch.float32 else weight
+        w_hat, _mean, var, inv_std = standardize(wd, lay, eps, correction, eps_mode)
         # m = (n - c) / rho, the divisor of the last term of the gradient
         n_c = lay.set_size - correction
         if eps_mode == "inside":
@@ -456,7 +458,5 @@ class WeightStandardize(torch.autograd.Function):
         d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
         sum_d = d.sum(lay.reduce_dims, keepdim=True)              # sum_S d
         sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims)    # sum_S d w_hat
-        # r (d - sum d / n - w_hat sum d w_hat / m)
-        grad_w = _grad_input(d, w_hat, inv_std, inv_std, sum_d, sum_dwhat, lay.set_size, m,
-                             lay.shape)
-        return grad_w.to(ctx.dtype), None, None, None
+        grad_w = ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, lay.set_size, m)
+        return grad_w.reshape(lay.shape).to(ctx.dtype), None, None, None
