@@ -365,6 +365,23 @@ def test_twins_run_normcores_math_in_the_users_forward(monkeypatch):
     assert calls == []
 
 
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_twins_compile_with_fullgraph_and_run_normcores_math(monkeypatch, train):
+    # timm's LayerNorm2d, BatchNormAct2d and GroupNormAct under torch.compile(fullgraph=True):
+    # the routing (a TorchFunctionMode) is traced into the graph, normcore's function with it
+    torch._dynamo.reset()
+    x = torch.randn(2, 8, 3, 3)
+    for make, fn in ((lambda: BatchNormAct2d(8), TF.batch_norm),
+                     (lambda: GroupNormAct(8, 2), TF.group_norm),
+                     (lambda: LayerNorm2d(8), TF.layer_norm)):
+        ref = make().train(train)
+        twin = nn.from_torch(copy.deepcopy(ref))
+        calls = _counting(monkeypatch, fn)
+        y = torch.compile(twin, backend="aot_eager", fullgraph=True)(x)
+        assert calls, type(ref).__name__             # traced through normcore's function
+        _near(y, ref(x))
+
+
 def test_a_subclass_that_overrides_a_helper_keeps_it():
     class AnyDimBatchNorm(tnn.BatchNorm2d):       # takes (N, C, L) too
         def _check_input_dim(self, input):

@@ -106,11 +106,23 @@ _WARNED: set[type] = set()
 _MODE: ContextVar[NormcoreFunctions | None] = ContextVar("normcore_twin_mode", default=None)
 
 
+class _Route(TorchFunctionMode):
+    """:class:`NormcoreFunctions` without the count (under ``torch.compile``)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return FUNCTIONS.get(func, func)(*args, **(kwargs or {}))
+
+
+_COMPILED_MODE = _Route()
+
+
 class _ReachesNormcore(Module):
     """Between the user's class and normcore's in a twin's MRO: a ``super().forward()`` from
     the user's forward lands here, on its way to normcore's forward, and is counted."""
 
     def forward(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return super().forward(*args, **kwargs)
         mode = _MODE.get()
         if mode is not None:
             mode.routed += 1
@@ -121,6 +133,10 @@ def _twin_forward(self, *args, **kwargs):
     if args and (leaf := traced_as_leaf(self, args[0])) is not None:
         return leaf
     user = type(self)._normcore_twin_of
+    if torch.compiler.is_compiling():
+        # dynamo traces the mode but not a ContextVar: route, without counting or warning
+        with _COMPILED_MODE:
+            return user.forward(self, *args, **kwargs)
     mode = NormcoreFunctions()
     with mode:
         token = _MODE.set(mode)
