@@ -273,7 +273,8 @@ class Normalize(torch.autograd.Function):
         if not writes_in_place():                      # torch.func: out of place
             xhat = centered * inv_std                                          # (4)
             y = affine_out_of_place(xhat, lay, weight, bias).reshape(lay.shape)  # (5)
-            y = y.to(x.dtype).contiguous(memory_format=fmt)
+            # a fresh tensor, not a view: the caller may modify it in place (ReLU(inplace))
+            y = y.to(x.dtype).clone(memory_format=fmt)
             return y, mean, var, centered if scale_is_small(lay) else xhat, inv_std
         # The output: fresh (a view could not be modified in place), in torch's memory format
         y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)

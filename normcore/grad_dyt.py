@@ -173,6 +173,8 @@ class DyTFunction(torch.autograd.Function):
         # (out of place under torch.func, whose batched values fit no plain tensor)
         out = torch.empty(t.shape, dtype=t.dtype, device=t.device) if writes_in_place() else None
         y = t.clone() if weight is None and bias is None else _affine(t, weight, bias, lay, out)
+        if out is None and (weight is not None or bias is not None):
+            y = y.clone()     # out of place, y is a view; the caller may modify it in place
         return y.to(x.dtype), t
 
     @staticmethod
