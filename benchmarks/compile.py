@@ -20,7 +20,6 @@ pre-LayerNorm residual blocks).
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
@@ -28,6 +27,7 @@ import torch.nn.functional as TF
 from torch import nn as tnn
 
 import normcore.nn as nn
+from speed import interleaved   # benchmarks/speed.py: the same A, B, A, B timing
 
 TARGET = 1.2
 
@@ -103,12 +103,6 @@ def train_step(model, x, y):
     return step
 
 
-def _time(run) -> float:
-    t0 = time.perf_counter()
-    run()
-    return time.perf_counter() - t0
-
-
 def measure(variant: str, reps: int, warmup: int = 5):
     build, theirs, ours, shape = VARIANTS[variant]
     g = torch.Generator().manual_seed(0)
@@ -126,14 +120,7 @@ def measure(variant: str, reps: int, warmup: int = 5):
     la, lb = a(), b()                                 # the compilations
     compile_s = time.perf_counter() - t0
     assert torch.allclose(la, lb, rtol=1e-4, atol=1e-5), (float(la), float(lb))
-    for _ in range(warmup):
-        a(), b()
-    ta, tb = [], []
-    for _ in range(reps):
-        ta.append(_time(a))
-        tb.append(_time(b))
-    ma, mb = statistics.median(ta), statistics.median(tb)
-    return ma, mb, ma / mb, min(ta) / min(tb), compile_s
+    return (*interleaved(a, b, reps, warmup), compile_s)
 
 
 def main() -> None:

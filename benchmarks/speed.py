@@ -151,6 +151,19 @@ def _time(run) -> float:
     return CLOCK() - t0
 
 
+def interleaved(a, b, reps: int, warmup: int = 3):
+    """Time ``a`` and ``b`` alternately (A, B, A, B, ...) after ``warmup`` calls of each:
+    ``(median a, median b, their ratio, min(a) / min(b))``."""
+    for _ in range(warmup):
+        a(), b()
+    ta, tb = [], []
+    for _ in range(reps):
+        ta.append(_time(a))
+        tb.append(_time(b))
+    ma, mb = statistics.median(ta), statistics.median(tb)
+    return ma, mb, ma / mb, min(ta) / min(tb)
+
+
 def measure(reps: int, quick: bool, only: str | None = None):
     rows = []
     for name, shape, x, params, ours, theirs in _cases(quick):
@@ -158,15 +171,9 @@ def measure(reps: int, quick: bool, only: str | None = None):
             continue
         for backward in (False, True):
             a, b = _runner(ours, x, params, backward), _runner(theirs, x, params, backward)
-            for _ in range(3):  # warm-up
-                a(), b()
-            ta, tb = [], []
-            for _ in range(reps):
-                ta.append(_time(a))
-                tb.append(_time(b))
-            ma, mb = statistics.median(ta), statistics.median(tb)
-            rows.append((name, "fwd+bwd" if backward else "fwd", shape, ma, mb, ma / mb,
-                         min(ta) / min(tb)))
+            ma, mb, ratio, min_ratio = interleaved(a, b, reps)
+            rows.append((name, "fwd+bwd" if backward else "fwd", shape, ma, mb, ratio,
+                         min_ratio))
     return rows
 
 
