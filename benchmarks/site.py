@@ -86,7 +86,7 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                     if r:
                         w_render.append(r["render_ms"])
                         w_respond.append(r["respond_ms"])
-                med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+                med = lambda xs: statistics.median(xs) if xs else float("nan")
                 out[rel] = {"load_ms": statistics.median(times), "ready_ms": statistics.median(ready),
                             "loaded": loaded, "requests": nreq,
                             "first": med(first), "scrolled": med(scrolled),

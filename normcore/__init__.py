@@ -17,7 +17,7 @@ The layers, each importing only from those above it:
   each claim checked), :mod:`~normcore.exercises` (checkers that name misconceptions),
   :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
 """
-from . import axes, functional, stats, nn, fold  # noqa: E402
+from . import axes, functional, stats, nn, fold
 
 __version__ = "0.1.0"
 __all__ = ["axes", "functional", "stats", "nn", "fold"]

@@ -24,10 +24,10 @@ import numbers
 import torch
 
 from . import axes
-from .axes import Layout, check_num_groups  # noqa: F401  (re-exported: one check for everyone)
+from .axes import Layout, check_num_groups
 from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError,  # noqa: F401
                      NotFloatError, NumGroupsError, ShapeError)
-from .stats import check_momentum  # noqa: F401  (re-exported: one check for everyone)
+from .stats import check_momentum
 
 #: ``backward=``: which backward the ops of :mod:`normcore.functional` run.
 BACKWARDS = {

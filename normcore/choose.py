@@ -50,7 +50,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from unittest import mock
 
 import torch

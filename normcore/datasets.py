@@ -38,7 +38,7 @@ import os
 import random
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -52,7 +52,8 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets
 

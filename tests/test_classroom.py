@@ -513,7 +513,7 @@ def test_feedback_file_names():
     assert default_folder("out/grades.csv") == Path("out/grades-feedback")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hang_run():
     """Grade, in a thread, a notebook whose loop survives the interrupt (only the notebook's
     limit stops it).  It waits, mostly: the grading fixture starts it first, so that it
@@ -539,7 +539,7 @@ def test_a_notebook_over_its_time_limit_is_killed():
     assert rows[0].status == "timed out" and "notebook ran longer than 16 s" in rows[0].detail
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def death_runs():
     """Grade, in a thread, two notebooks whose kernel dies: one function kills the process
     that runs it with SIGKILL when it is checked, and a later solution cell kills the kernel;
@@ -600,7 +600,7 @@ CHEATS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cheat_run():
     cells = [new_code_cell("import torch\nfrom normcore import exercises")]
     for label in CHEATS:

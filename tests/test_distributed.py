@@ -20,6 +20,7 @@ import normcore.distributed as D
 import normcore.nn as nn
 from normcore import stats, sync
 from normcore.distributed import SyncBatchNorm, compare, run
+from normcore.launch import _bootstrap
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 METHODS = ("sync", "full", "torch")
@@ -414,12 +415,12 @@ def test_process_group_is_destroyed(tmp_path):
     """The worker's finally destroys the group, whether fn returns or raises (run in this
     process, as rank 0 of a world of one)."""
     threads = torch.get_num_threads()  # _bootstrap sets 1 thread per rank
-    D._bootstrap(0, 1, D.free_port(), _ok, (), {}, str(tmp_path), 30)
+    _bootstrap(0, 1, D.free_port(), _ok, (), {}, str(tmp_path), 30)
     assert not dist.is_initialized()
     envelope = torch.load(tmp_path / "rank0.pt", weights_only=False)
     assert envelope["ok"] and envelope["result"] == 1 and envelope["initialized"] is False
     with pytest.raises(SystemExit):
-        D._bootstrap(0, 1, D.free_port(), _fails, ("bad",), {}, str(tmp_path), 30)
+        _bootstrap(0, 1, D.free_port(), _fails, ("bad",), {}, str(tmp_path), 30)
     assert not dist.is_initialized()
     assert not torch.load(tmp_path / "rank0.pt", weights_only=False)["ok"]
     torch.set_num_threads(threads)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from normcore import exercises
-from normcore.exercises import CATALOGUE, check
+from normcore.exercises import check
 
 CONVENTIONS = ("original", "bit", "timm")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from normcore.experiments import prepost, runner, sweeps
 from normcore.experiments import transformer as tr

@@ -11,9 +11,9 @@ import matplotlib
 import pytest
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from normcore.images import (FIGURE_NARROW, ResponsiveFigure, narrow_from_svg, png_add_text,  # noqa: E402
+from normcore.images import (FIGURE_NARROW, ResponsiveFigure, narrow_from_svg, png_add_text,
                              png_pop_text, responsive_figure, svg_text_px)
 
 ROOT = Path(__file__).resolve().parents[1]

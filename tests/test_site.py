@@ -374,7 +374,7 @@ def test_widget_state_and_frames_leave_the_page(tmp_path):
         return buf.getvalue()
 
     webp, png = frame("webp", (720, 624), lossless=True), frame("png", (300, 100))
-    img = lambda fmt, data: (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode()}" '  # noqa: E731
+    img = lambda fmt, data: (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode()}" '
                              'alt="a frame" style="max-width:100%;height:auto;width:360px">')
     state = {"version_major": 2, "version_minor": 0, "state": {
         "a": {"model_name": "HTMLModel", "state": {"value": img("webp", webp)}},

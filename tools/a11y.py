@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import sitecheck
-
 ROOT = Path(__file__).resolve().parents[1]
 AXE_JS = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 #: The WCAG 2.1 level A and AA rules of axe-core.

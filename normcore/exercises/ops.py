@@ -21,7 +21,7 @@ drives it through the hooks below, in this order:
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -141,7 +141,7 @@ class Calls:
                 "reshapes": [[n, list(a), list(b)] for n, a, b in self.reshapes]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Calls":
+    def from_dict(cls, d: dict) -> Calls:
         return cls(list(d.get("names", [])),
                    [(n, tuple(a), tuple(b)) for n, a, b in d.get("reshapes", [])])
 

@@ -38,9 +38,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -82,7 +83,7 @@ class Experiment:
 
 # --- statistics ---------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def _t_quantile(level: float, df: int) -> float:
     from scipy import stats  # Student t quantiles: scipy's are exact, ours would not be
 

@@ -51,7 +51,8 @@ import html
 import math
 import numbers
 import re
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Sequence
 
 import torch
 

@@ -16,7 +16,6 @@ carries ``data-groups``, ``data-element``, ``data-size`` (:math:`|S_i|`) and
 from __future__ import annotations
 
 import html
-import math
 
 import torch
 

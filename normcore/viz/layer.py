@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Mapping, Sequence
 
 import torch
 from matplotlib.figure import Figure
