@@ -146,8 +146,8 @@ def keyboard_walk(page, widget: int) -> list[str]:
     went wrong."""
     walk = a11y.tab_to_widget(page, widget)
     if not (walk[-1] and walk[-1]["widget"] == widget and walk[-1]["control"] == 0):
-        return [f"{len(walk)} presses of Tab never reached widget {widget}; the last stops: "
-                f"{[w and (w['tag'], w['text'][:20]) for w in walk[-6:]]}"]
+        return [(f"{len(walk)} presses of Tab never reached widget {widget}; the last stops: "
+                 f"{[w and (w['tag'], w['text'][:20]) for w in walk[-6:]]}")]
     controls = a11y.control_names(page, widget=widget)
     problems = []
     for c, info in enumerate(controls):

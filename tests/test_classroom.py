@@ -334,10 +334,10 @@ def mistakes(chapter) -> dict:
         args = exercises.signature(op)[2:-1]
         sources[label] = f"def solve_{i}({args}):\n{call(fn.__name__, op)}"
     sources["ex-broken-syntax"] = "def broken_syntax(x, gamma, beta, eps)\n    return x"
-    sources["ex-broken-loop"] = "def broken_loop(x, gamma, beta, eps):\n    while True:\n" \
-                                "        pass"
-    sources["ex-broken-renamed"] = "def my_own_name(x, gamma, beta, eps):\n" \
-                                   "    return bn_correct(x, gamma, beta, eps)"
+    sources["ex-broken-loop"] = ("def broken_loop(x, gamma, beta, eps):\n    while True:\n"
+                                 "        pass")
+    sources["ex-broken-renamed"] = ("def my_own_name(x, gamma, beta, eps):\n"
+                                    "    return bn_correct(x, gamma, beta, eps)")
     sources["ex-broken-deleted"] = solutions_of(chapter)["ex-broken-deleted"]
     sources["ex-broken-memory"] = (
         "def broken_memory(x, gamma, beta, eps):\n"
@@ -921,7 +921,7 @@ def test_site_without_solutions_shows_no_solution(browser):
         if f.is_file() and f.suffix in (".ipynb", ".md", ".js", ".txt", ".html") \
                 and "_static" not in f.parts:
             text = f.read_text(encoding="utf-8", errors="replace")
-            for chapter, lines in secrets.items():
+            for _chapter, lines in secrets.items():
                 for line in lines:
                     assert line not in text, (str(f), line)
     with sitecheck.LocalServer(NOSOLUTIONS_HTML) as server:
@@ -930,7 +930,7 @@ def test_site_without_solutions_shows_no_solution(browser):
         for rel in pages:
             page.goto(server.url(rel))
             text = page.inner_text("body")
-            for chapter, lines in secrets.items():
+            for _chapter, lines in secrets.items():
                 for line in lines:
                     assert line not in text, (rel, line)
             if rel.startswith("chapters/0"):

@@ -21,6 +21,7 @@ import normcore.nn as nn
 from normcore import stats, sync
 from normcore.distributed import SyncBatchNorm, compare, run
 from normcore.launch import _bootstrap
+import itertools
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 METHODS = ("sync", "full", "torch")
@@ -161,7 +162,7 @@ def test_chan_merge_of_slices_equals_two_pass():
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(11, 3, 5, generator=gen, dtype=torch.float64) * 0.01 + 1e6  # |mu| >> sigma
     bounds = [0, 1, 1, 7, 11]  # unequal slices, one empty
-    parts = [D.local_moments(x[a:b]) for a, b in zip(bounds, bounds[1:])]
+    parts = [D.local_moments(x[a:b]) for a, b in itertools.pairwise(bounds)]
     assert [p.count for p in parts] == [5, 0, 30, 20]
     merged = stats.chan_merge_many(parts)
     var, mean = torch.var_mean(x, dim=(0, 2), correction=0)

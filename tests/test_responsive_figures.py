@@ -62,7 +62,7 @@ def test_a_phone_layout_with_small_text_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"needs 10 px: draw it about 296 px wide .* fonts of at least 9.0 pt"):
         responsive_figure(lambda narrow: _draw(narrow, font=8))
     # drawn for the desktop and reused on a phone: scaled to half, refused
-    with pytest.raises(ValueError, match="smallest text at 5.1 px"):
+    with pytest.raises(ValueError, match=r"smallest text at 5\.1 px"):
         responsive_figure(lambda narrow: _draw(False))
     with pytest.raises(ValueError, match="both layouts"):
         responsive_figure(lambda narrow: _svg(300, 12) if narrow else _draw(False))

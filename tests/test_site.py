@@ -517,8 +517,8 @@ def test_notebooks_say_how_to_run_them():
 # --- the demo book: every kind of widget, and pages the checks must reject ------------------------
 
 GOOD_CELLS = [
-    ("markdown", "# Widget demo\n\nInline math $y = \\gamma \\hat{x} + \\beta$ and display math\n\n"
-                 "$$\n\\hat{x}_i = \\frac{x_i - \\mu_i}{\\sqrt{\\sigma_i^2 + \\epsilon}}\n$$"),
+    ("markdown", ("# Widget demo\n\nInline math $y = \\gamma \\hat{x} + \\beta$ and display math\n\n"
+                  "$$\n\\hat{x}_i = \\frac{x_i - \\mu_i}{\\sqrt{\\sigma_i^2 + \\epsilon}}\n$$")),
     ("code", textwrap.dedent('''\
         import matplotlib
         import matplotlib.pyplot as plt

@@ -204,7 +204,7 @@ def test_simulation_figure(sim):
     assert mean_ax.get_ylim() == other.axes[0].get_ylim() and var_ax.get_ylim() == other.axes[1].get_ylim()
     assert gap_ax.get_yscale() == "log"
     # the blue curve is channel 0's running_mean, starting at the initial value
-    line = [ln for ln in mean_ax.get_lines() if ln.get_color() == R.COLORS["running"]][0]
+    line = next(ln for ln in mean_ax.get_lines() if ln.get_color() == R.COLORS["running"])
     y = line.get_ydata()
     assert y[0] == sim.initial_mean and len(y) == sim.steps + 1
     assert torch.allclose(torch.as_tensor(y[1:]), sim.running_mean[:, 0])

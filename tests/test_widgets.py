@@ -351,7 +351,7 @@ def test_embedded_state_holds_frames_and_links():
     w = static_widget(svg_render, {"a": [1, 2, 3], "b": ["x", "y"]}, caption="cap")
     data = embed_data(views=[w])
     state = data["manager_state"]["state"]
-    by_id = {k: v for k, v in state.items()}
+    by_id = dict(state)
     control_ids = {c.model_id for c in w.controls.values()}
     # (the state holds every widget of this process; keep the links of this widget)
     links = [

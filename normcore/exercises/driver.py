@@ -322,8 +322,8 @@ def _report_not_finite(impl: Op, case: Case, got, err: dict) -> Report:
 
 
 def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
-    lines = ["Your function does not match the reference, and does not match any known "
-             "misconception."]
+    lines = [("Your function does not match the reference, and does not match any known "
+              "misconception.")]
     if err["text"]:
         lines.append(f"Largest error: {err['text']}.")
     good = [c.name for c, got, ref in zip(cases, outs, refs) if all_close([got], [ref], [c])]
@@ -347,8 +347,8 @@ def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
                 or not impl.indexed_by_sample_and_channel):
             continue
         idx = wrong_values.nonzero()
-        samples = sorted(set(int(v) for v in idx[:, 0]))
-        channels = sorted(set(int(v) for v in idx[:, 1]))
+        samples = sorted({int(v) for v in idx[:, 0]})
+        channels = sorted({int(v) for v in idx[:, 1]})
         out = "" if len(impl.outputs) == 1 else f" of {impl.outputs[i]}"
         lines.append(f"In set {case.name} the wrong values{out} are in sample(s) "
                      f"{', '.join(map(str, samples))} of {t.shape[0]} and channel(s) "

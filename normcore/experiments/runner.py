@@ -194,7 +194,7 @@ class Results:
         va, vb = self.values(metric, **a), self.values(metric, **b)
         return interval(x - y for x, y in zip(va, vb))
 
-    def table(self, metric: str, label: Callable[[Mapping[str, Any]], str] = None,
+    def table(self, metric: str, label: Callable[[Mapping[str, Any]], str] | None = None,
               digits: int = 3, seed_digits: int = 2) -> str:
         """One row per config: its label, the per-seed values (``seed_digits`` decimals, so
         that eight seeds fit a page's column), the mean and its 95% interval."""
