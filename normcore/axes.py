@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 

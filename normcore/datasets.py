@@ -36,9 +36,9 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from collections.abc import Callable
 
 import numpy as np
 import torch

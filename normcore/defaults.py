@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, TypeVar
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["EPS", "MOMENTUM", "DYT_ALPHA", "fill_defaults"]
 

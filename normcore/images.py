@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 import io
 import re
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["IMAGE_FORMATS", "ResponsiveFigure", "check_image_format", "compact_image", "figure_description",
            "figure_to_png", "png_description", "responsive_figure"]

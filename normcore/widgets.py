@@ -51,9 +51,9 @@ import itertools
 import math
 import numbers
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
-from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets
 

@@ -103,7 +103,8 @@ def test_widget_controls_and_frames_are_named(audit, rel):
     bad = [f"widget {c['widget']} control {c['control']} ({c['kind']}): named {c['name']!r}, "
            f"labelled {c['label']!r} on the page" for c in r["controls"]
            if not c["label"] or c["name"] != c["label"]]
-    bad += [f"widget {f['widget']}: a frame ({f['kind']}) has no text alternative" for f in r["frames"] if not f["name"]]
+    bad += [f"widget {f['widget']}: a frame ({f['kind']}) has no text alternative"
+            for f in r["frames"] if not f["name"]]
     bad += [f"widget {f['widget']}: an SVG frame is not role=img" for f in r["frames"]
             if f["kind"] == "svg" and f.get("role") != "img"]
     assert not bad, f"{rel}:\n  " + "\n  ".join(bad)
@@ -164,9 +165,11 @@ def keyboard_walk(page, widget: int) -> list[str]:
         moved = _wait_frame_change(page, widget, first)
         after = a11y.focused(page)
         if moved == first:
-            problems.append(f"widget {widget} control {c} ({info['kind']} {info['label']!r}): {up} did not change the frame")
+            problems.append(f"widget {widget} control {c} ({info['kind']} {info['label']!r}): "
+                            f"{up} did not change the frame")
         elif not (after and after["control"] == c and after["value"] != value):
-            problems.append(f"widget {widget} control {c}: after {up} the focus or the value did not follow: {here} -> {after}")
+            problems.append(f"widget {widget} control {c}: after {up} the focus or the value "
+                            f"did not follow: {here} -> {after}")
         page.keyboard.press(down)
         if moved != first and _wait_frame_change(page, widget, moved) != first:
             problems.append(f"widget {widget} control {c}: {down} did not bring the first frame back")

@@ -49,7 +49,8 @@ class DynamicTanh(tnn.Module):
         return x
 
     def extra_repr(self):
-        return f"normalized_shape={self.normalized_shape}, alpha_init_value={self.alpha_init_value}, channels_last={self.channels_last}"
+        return (f"normalized_shape={self.normalized_shape}, alpha_init_value={self.alpha_init_value}, "
+                f"channels_last={self.channels_last}")
 
 
 def convert_ln_to_dyt(module):

@@ -239,7 +239,8 @@ def test_page_loaded_weight(site, browser, rel):
     embed_first = any("html-manager/embed.js" in f["url"] for f in first_files)
     top = ", ".join(f"{f['url'].rsplit('/', 1)[-1].split('?')[0]} {f['bytes'] / MB:.2f}"
                     for f in sorted(files, key=lambda f: -f["bytes"])[:6])
-    assert first <= limit, f"{rel} loads {first / MB:.2f} MB at first, over its {limit / MB:.1f} MB; the largest (MB): {top}"
+    assert first <= limit, (
+        f"{rel} loads {first / MB:.2f} MB at first, over its {limit / MB:.1f} MB; the largest (MB): {top}")
     assert scrolled <= limit, (
         f"{rel} loads {scrolled / MB:.2f} MB scrolled through, over its {limit / MB:.1f} MB; the largest (MB): {top}")
     scripts = [f["url"] for f in files if "/mathjax/" in f["url"] and ".js" in f["url"]]
@@ -306,7 +307,8 @@ def test_prerender_typesets_pages_and_widget_captions(tmp_path):
     state = {"version_major": 2, "version_minor": 0, "state": {"m1": {
         "model_name": "HTMLMathModel", "model_module": "@jupyter-widgets/controls",
         "model_module_version": "2.0.0",
-        "state": {"value": '<div class="normcore-caption">grows with \\(\\epsilon\\) &amp; \\(K &lt; 4\\), 0&ndash;7</div>'}}}}
+        "state": {"value": ('<div class="normcore-caption">grows with \\(\\epsilon\\) &amp; '
+                            '\\(K &lt; 4\\), 0&ndash;7</div>')}}}}
     page = tmp_path / "chapters" / "p.html"
     page.parent.mkdir()
     page.write_text(
@@ -314,7 +316,8 @@ def test_prerender_typesets_pages_and_widget_captions(tmp_path):
         '<p>Inline <span class="math notranslate nohighlight">\\(a &lt; b\\)</span>.</p>'
         '<div class="math notranslate nohighlight" id="equation-x"><span class="eqno">(1)</span>'
         "\\[y = \\gamma \\hat{x} + \\beta\\]</div>"
-        '<div class="math notranslate nohighlight amsmath">\\[\\begin{align}a &amp;= b\\\\ c &amp;= d\\end{align}\\]</div>'
+        '<div class="math notranslate nohighlight amsmath">'
+        '\\[\\begin{align}a &amp;= b\\\\ c &amp;= d\\end{align}\\]</div>'
         '<script type="application/vnd.jupyter.widget-state+json">' + json.dumps(state) + "</script>"
         "</body></html>", encoding="utf-8")
     counts = nm.prerender_site(tmp_path, config={"tex": {"packages": {"[-]": ["noundefined"]}}},
@@ -581,7 +584,7 @@ BAD_MD = textwrap.dedent("""\
     <img src="_static/favicon.png" alt="0123456789abcdef0123456789abcdef.png">
 
     StaticWidget(norm=4, groups=3; 12 svg frames)
-""")
+""")  # noqa: E501 - the page's too-wide equation and code line are what the tests look for
 
 
 def _notebook(cells) -> nbformat.NotebookNode:

@@ -418,7 +418,8 @@ def test_figure_to_png_keeps_the_figure_words():
     from normcore.widgets import png_description
 
     for colors in (256, None):
-        assert png_description(figure_to_png(titled_fig(1.0), colors=colors)) == "line of slope gamma (plot over step t)"
+        assert (png_description(figure_to_png(titled_fig(1.0), colors=colors))
+                == "line of slope gamma (plot over step t)")
     assert png_description(figure_to_png(fig_render(1.0))) == ""
 
 

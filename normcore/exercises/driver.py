@@ -3,8 +3,8 @@ the report (see :mod:`normcore.exercises.ops` for the order of the hooks)."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 

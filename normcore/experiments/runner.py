@@ -37,11 +37,11 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 

@@ -31,8 +31,8 @@ momentum's (or the shift's) alone.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as TF

@@ -31,10 +31,10 @@ import json
 import os
 import platform
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Mapping
 
 import torch
 

@@ -8,8 +8,8 @@ see it.  The workers are importable module functions, so they work with any star
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

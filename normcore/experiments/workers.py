@@ -25,8 +25,8 @@ import multiprocessing
 import os
 import signal
 import sys
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["pool", "kept", "shutdown", "submit", "take"]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import NamedTuple
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from matplotlib.figure import Figure
