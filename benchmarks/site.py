@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import sitecheck  # noqa: E402
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
 
 MB = 1024 * 1024
 #: the site as it was measured before the page-weight work (issue 8): `--save` wrote it

@@ -27,8 +27,8 @@ import torch
 
 from . import axes
 from .axes import Layout, check_num_groups
-from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError,  # noqa: F401
-                     NotFloatError, NumGroupsError, ShapeError)
+from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError, NotFloatError,
+                     ShapeError)
 from .stats import check_momentum
 
 #: ``backward=``: which backward the ops of :mod:`normcore.functional` run.

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import a11y  # noqa: E402
-import sitecheck  # noqa: E402
+import a11y  # noqa: E402 - importable once sys.path has its folder
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
 from test_site import HTML, PAGES  # noqa: E402  (browser, site, demo_site: tests/conftest.py)
 
 MODES = a11y.MODES

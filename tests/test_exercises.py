@@ -526,26 +526,26 @@ DIAGNOSES = [
     ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["count ** 2"]),
 ]
 # the LayerNorm / RMSNorm chapter's ops (normcore/exercises/layer.py)
-from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402
+from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 DIAGNOSES += LAYER_DIAGNOSES
 
 # --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py
-from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
+from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += ADAIN_DIAGNOSES
 
 # --- the WS backward and WS folding ops (normcore/exercises/ws.py, ws_fold.py)
-from test_exercises_ws import WS_DIAGNOSES  # noqa: E402
+from test_exercises_ws import WS_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += WS_DIAGNOSES
 
 # --- the GroupNorm chapter's backward op (normcore/exercises/group.py)
-from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402
+from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += GROUP_DIAGNOSES
 
 # --- Dynamic Tanh (the chapter without normalization, normcore/exercises/dyt.py)
-from test_exercises_dyt import DYT_CORRECT, DYT_DIAGNOSES  # noqa: E402
+from test_exercises_dyt import DYT_CORRECT, DYT_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += DYT_DIAGNOSES
 

@@ -18,7 +18,7 @@ from normcore.images import (FIGURE_NARROW, ResponsiveFigure, narrow_from_svg, p
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "assets" / "sphinx_ext"))
-import normcore_figures  # noqa: E402
+import normcore_figures  # noqa: E402 - importable once sys.path has its folder
 
 
 def _draw(narrow: bool, font: float = 9.5):

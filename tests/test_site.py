@@ -60,8 +60,8 @@ HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 sys.path.insert(0, str(ROOT / "tools"))
 
-import sitecheck  # noqa: E402
-import strip_notebook  # noqa: E402
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
+import strip_notebook  # noqa: E402 - importable once sys.path has its folder
 
 PAGES = sitecheck.toc_pages(ROOT / "_toc.yml")
 

@@ -272,7 +272,7 @@ def _diagnose(impl: Op, base: dict, cases, outs, refs, options) -> Variant | Non
             pair = a + b
             try:
                 vals = [impl.evaluate(pair.spec(base), c) for c in cases]
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a pair of knobs that makes no sense together
                 continue
             if all_close(outs, vals, cases) and not all_close(vals, refs, cases):
                 return pair
