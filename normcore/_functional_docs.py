@@ -6,7 +6,8 @@ signature's defaults (:func:`normcore.defaults.fill_defaults`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._checks import WS_CONVENTIONS
 from .defaults import _shown as shown  # a default as fill_defaults writes it
@@ -40,13 +41,13 @@ differentiable); a large LayerNorm or RMSNorm goes there without gradients too, 
 
 Args:
     x (Tensor): the input, of the shape ``lay`` was made for.
-    lay (Layout): the sets :math:`S_i`, from :func:`normcore.axes.layout`.
+    lay (normcore.axes.Layout): the sets :math:`S_i`, from :func:`normcore.axes.layout`.
     eps (float): :math:`\epsilon`, added to the variance. Unlike the ops, ``0`` is accepted: the
         book uses it to show what :math:`\epsilon` is for.
-    weight (Tensor, optional): :math:`\gamma`, of shape ``lay.affine_shape``. Default: {default}
-    bias (Tensor, optional): :math:`\beta`, of shape ``lay.affine_shape``. Default: {default}
-    mean (Tensor, optional): a mean to use instead of the sets' (keyword only). Default: {default}
-    var (Tensor, optional): a variance to use instead of the sets' (keyword only).
+    weight (Tensor or None): :math:`\gamma`, of shape ``lay.affine_shape``. Default: {default}
+    bias (Tensor or None): :math:`\beta`, of shape ``lay.affine_shape``. Default: {default}
+    mean (Tensor or None): a mean to use instead of the sets' (keyword only). Default: {default}
+    var (Tensor or None): a variance to use instead of the sets' (keyword only).
         Default: {default}
     correction (int): ``0`` divides :math:`M_2` by :math:`K` (the biased variance), ``1`` by
         :math:`K - 1`. Default: {default}
@@ -95,9 +96,9 @@ Args:
     running_mean (Tensor or None): :math:`\hat\mu`, of shape :math:`(C,)`: read in eval, updated in
         place in training; ``None`` (with ``running_var``) for no buffers.
     running_var (Tensor or None): :math:`\hat\sigma^2`, of shape :math:`(C,)`.
-    weight (Tensor, optional): :math:`\gamma`, of shape :math:`(C,)`; ``None`` for 1.
+    weight (Tensor or None): :math:`\gamma`, of shape :math:`(C,)`; ``None`` for 1.
         Default: {default}
-    bias (Tensor, optional): :math:`\beta`, of shape :math:`(C,)`; ``None`` for 0.
+    bias (Tensor or None): :math:`\beta`, of shape :math:`(C,)`; ``None`` for 0.
         Default: {default}
     training (bool): normalize with the batch's statistics (and update the buffers), or with the
         buffers. Default: {default}
@@ -149,11 +150,11 @@ running buffers (with a mean over no instance): that raises.
 
 Args:
     input (Tensor): :math:`x`, of shape :math:`(N, C, *)`, at least one spatial dim.
-    running_mean (Tensor, optional): :math:`\hat\mu`, of shape :math:`(C,)`. Default: {default}
-    running_var (Tensor, optional): :math:`\hat\sigma^2`, of shape :math:`(C,)`. Default: {default}
-    weight (Tensor, optional): :math:`\gamma`, of shape :math:`(C,)`; ``None`` for 1.
+    running_mean (Tensor or None): :math:`\hat\mu`, of shape :math:`(C,)`. Default: {default}
+    running_var (Tensor or None): :math:`\hat\sigma^2`, of shape :math:`(C,)`. Default: {default}
+    weight (Tensor or None): :math:`\gamma`, of shape :math:`(C,)`; ``None`` for 1.
         Default: {default}
-    bias (Tensor, optional): :math:`\beta`, of shape :math:`(C,)`; ``None`` for 0.
+    bias (Tensor or None): :math:`\beta`, of shape :math:`(C,)`; ``None`` for 0.
         Default: {default}
     use_input_stats (bool): normalize with each instance's statistics (and update the buffers), or
         with the buffers. Default: {default}
@@ -204,10 +205,10 @@ An element shares its statistics with every element of the same leading index: f
 
 Args:
     input (Tensor): :math:`x`, of shape ``(*, *normalized_shape)``.
-    normalized_shape (int or sequence of int): the input's last dims, which each set spans.
-    weight (Tensor, optional): :math:`\gamma`, of shape ``normalized_shape``; ``None`` for 1.
+    normalized_shape (int or tuple of int): the input's last dims, which each set spans.
+    weight (Tensor or None): :math:`\gamma`, of shape ``normalized_shape``; ``None`` for 1.
         Default: {default}
-    bias (Tensor, optional): :math:`\beta`, of shape ``normalized_shape``; ``None`` for 0.
+    bias (Tensor or None): :math:`\beta`, of shape ``normalized_shape``; ``None`` for 0.
         Default: {default}
     eps (float): :math:`\epsilon > 0`, added to the variance. Default: {default}
     backward (str): ``"derived"`` or ``"autograd"``, see :mod:`normcore.functional`.
@@ -245,10 +246,10 @@ the place of the variance, and nothing is subtracted:
 
 Args:
     input (Tensor): :math:`x`, of shape ``(*, *normalized_shape)``.
-    normalized_shape (int or sequence of int): the input's last dims, which each set spans.
-    weight (Tensor, optional): :math:`\gamma`, of shape ``normalized_shape``; ``None`` for 1.
+    normalized_shape (int or tuple of int): the input's last dims, which each set spans.
+    weight (Tensor or None): :math:`\gamma`, of shape ``normalized_shape``; ``None`` for 1.
         Default: {default}
-    eps (float, optional): :math:`\epsilon > 0`, added to the mean square; ``None`` takes the
+    eps (float or None): :math:`\epsilon > 0`, added to the mean square; ``None`` takes the
         machine epsilon of the compute dtype (``rms_eps``, as torch). Default: {default}
     backward (str): ``"derived"`` or ``"autograd"``, see :mod:`normcore.functional`.
         Default: {default}
@@ -289,9 +290,9 @@ of size :math:`K = (C/G) \cdot` (the spatial size).  :math:`\gamma, \beta` are p
 Args:
     input (Tensor): :math:`x`, of shape :math:`(N, C, *)`.
     num_groups (int): :math:`G`, which divides :math:`C`.
-    weight (Tensor, optional): :math:`\gamma`, of shape :math:`(C,)`; ``None`` for 1.
+    weight (Tensor or None): :math:`\gamma`, of shape :math:`(C,)`; ``None`` for 1.
         Default: {default}
-    bias (Tensor, optional): :math:`\beta`, of shape :math:`(C,)`; ``None`` for 0.
+    bias (Tensor or None): :math:`\beta`, of shape :math:`(C,)`; ``None`` for 0.
         Default: {default}
     eps (float): :math:`\epsilon > 0`, added to the variance. Default: {default}
     backward (str): ``"derived"`` or ``"autograd"``, see :mod:`normcore.functional`.
@@ -327,13 +328,13 @@ with its own mean :math:`\mu_c` and standard deviation :math:`\sigma_c`: a Layer
 over every dim but the first, without :math:`\gamma, \beta`. Three conventions are in use, and they
 differ in the variance and where :math:`\epsilon` goes (:data:`WS_CONVENTIONS`):
 
-============  =================================================================  ==============
-convention    :math:`\hat{\mathbf{W}}_{c,j}`                                     ``eps=None``
-============  =================================================================  ==============
+============  =================================================================  ================
+convention    :math:`\hat{\mathbf{W}}_{c,j}`                                     default ``eps``
+============  =================================================================  ================
 ``original``  :math:`(\mathbf{W}_{c,j} - \mu_c) / (\sigma_c + \epsilon)`         <eps:original>
 ``bit``       :math:`(\mathbf{W}_{c,j} - \mu_c) / \sqrt{\sigma_c^2 + \epsilon}`  <eps:bit>
 ``timm``      :math:`(\mathbf{W}_{c,j} - \mu_c) / \sqrt{\sigma_c^2 + \epsilon}`  <eps:timm>
-============  =================================================================  ==============
+============  =================================================================  ================
 
 with the unbiased :math:`\sigma_c` (divided by :math:`F - 1`) in ``original`` (Qiao et al.'s code),
 the biased one in ``bit`` (Kolesnikov et al. 2020) and ``timm``.  The hand-derived backward is
@@ -341,7 +342,7 @@ the biased one in ``bit`` (Kolesnikov et al. 2020) and ``timm``.  The hand-deriv
 
 Args:
     weight (Tensor): :math:`\mathbf{W}`, a conv or linear weight, at least 2 dims.
-    eps (float, optional): :math:`\epsilon > 0`; ``None`` takes the convention's.
+    eps (float or None): :math:`\epsilon > 0`; ``None`` takes the convention's.
         Default: {default}
     convention (str): ``"original"``, ``"bit"`` or ``"timm"`` (keyword only). Default: {default}
     backward (str): ``"derived"`` or ``"autograd"``, see :mod:`normcore.functional`.
@@ -449,12 +450,12 @@ Args:
     input (Tensor): :math:`x`: any shape with ``channels_last=True``, :math:`(N, C, *)` otherwise.
     alpha (Tensor): :math:`\alpha_{\mathrm{DyT}}`, the learned scalar, a tensor of one element, of
         shape ``(1,)`` as the paper's code keeps it, or ``()``.
-    weight (Tensor, optional): :math:`\gamma`: the shape of the input's trailing dims
+    weight (Tensor or None): :math:`\gamma`: the shape of the input's trailing dims
         (``channels_last=True``) or :math:`(C,)`; ``None`` for 1. Default: {default}
-    bias (Tensor, optional): :math:`\beta`, of ``weight``'s shape; ``None`` for 0.
+    bias (Tensor or None): :math:`\beta`, of ``weight``'s shape; ``None`` for 0.
         Default: {default}
     channels_last (bool): where :math:`\gamma, \beta` live (keyword only). Default: {default}
-    normalized_shape (int or sequence of int, optional): if given, the input's trailing dims (or
+    normalized_shape (int, tuple of int or None): if given, the input's trailing dims (or
         :math:`(C,)`) must equal it even without weight and bias (keyword only). Default: {default}
     backward (str): ``"derived"`` or ``"autograd"``, see :mod:`normcore.functional`.
         Default: {default}

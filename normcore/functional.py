@@ -53,7 +53,7 @@ Examples:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -203,7 +203,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None,
 # layer norm, RMS norm, group norm
 # ---------------------------------------------------------------------------------------
 @documented
-def layer_norm(input: Tensor, normalized_shape: int | Sequence[int],
+def layer_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
                weight: Tensor | None = None, bias: Tensor | None = None, eps: float = EPS, *,
                backward: str = "derived") -> Tensor:
     lay = checks.layer_norm_layout(input, normalized_shape, weight, bias, eps, "layer_norm",
@@ -228,7 +228,7 @@ def rms_eps(eps: float | None, dtype: torch.dtype) -> float:
 
 
 @documented
-def rms_norm(input: Tensor, normalized_shape: int | Sequence[int],
+def rms_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
              weight: Tensor | None = None, eps: float | None = None, *,
              backward: str = "derived") -> Tensor:
     lay = checks.layer_norm_layout(input, normalized_shape, weight, None, eps, "rms_norm",
@@ -299,7 +299,7 @@ __all__ += ["dyt"]
 @documented
 def dyt(input: Tensor, alpha: Tensor, weight: Tensor | None = None,
         bias: Tensor | None = None, *, channels_last: bool = True,
-        normalized_shape: int | Sequence[int] | None = None,
+        normalized_shape: int | list[int] | tuple[int, ...] | None = None,
         backward: str = "derived") -> Tensor:
     lay = checks.dyt_layout(input, alpha, weight, bias, channels_last, normalized_shape)
     checks.check_backward(backward, "dyt")
