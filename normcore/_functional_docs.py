@@ -36,7 +36,7 @@ The ops of this module are this function on their layout.  Given ``mean`` and ``
 them instead of the statistics of ``x`` (eval mode).  With a gradient of the normalization to
 compute (the sets' statistics, the biased variance, eps inside the square root),
 ``backward="derived"`` runs :class:`normcore.grad.Normalize`, the hand-derived backward (itself
-differentiable); a large LayerNorm or RMSNorm goes there without gradients too, by blocks of rows
+differentiable); some large inputs go there without gradients too, by blocks of rows
 (:mod:`normcore.rows`).  The output takes torch's memory format.
 
 Args:
