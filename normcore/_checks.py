@@ -25,6 +25,7 @@ import torch
 
 from . import axes
 from .axes import Layout, check_num_groups  # noqa: F401  (re-exported: one check for everyone)
+from .defaults import EPS, MOMENTUM
 from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError,  # noqa: F401
                      NotFloatError, NumGroupsError, ShapeError)
 from .stats import check_momentum  # noqa: F401  (re-exported: one check for everyone)
@@ -70,7 +71,7 @@ def check_eps(eps, caller: str, allow_zero: bool = False) -> None:
         raise ValueError(
             f"{caller}: eps must be positive, got eps={eps} (eps=0 or below makes "
             f"1/sqrt(var + eps) infinite when a set has zero variance); pass eps > 0, e.g. "
-            f"PyTorch's default 1e-5")
+            f"PyTorch's default {str(EPS).replace('e-0', 'e-')}")   # 1e-5, as torch writes it
 
 
 def check_positive_int(value, name: str, caller: str) -> int:
@@ -229,23 +230,23 @@ def _per_channel_layout(norm, input, weight, bias, eps, caller, running_mean, ru
     return axes.layout(norm, input.shape)
 
 
-def batch_norm_layout(input, weight=None, bias=None, eps=1e-5, caller="batch_norm",
-                      running_mean=None, running_var=None, momentum=0.1,
+def batch_norm_layout(input, weight=None, bias=None, eps=EPS, caller="batch_norm",
+                      running_mean=None, running_var=None, momentum=MOMENTUM,
                       backward="derived") -> Layout:
     """Check batch_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     return _per_channel_layout("batch", input, weight, bias, eps, caller, running_mean,
                                running_var, momentum, 2, backward)
 
 
-def instance_norm_layout(input, weight=None, bias=None, eps=1e-5, caller="instance_norm",
-                         running_mean=None, running_var=None, momentum=0.1,
+def instance_norm_layout(input, weight=None, bias=None, eps=EPS, caller="instance_norm",
+                         running_mean=None, running_var=None, momentum=MOMENTUM,
                          backward="derived") -> Layout:
     """Check instance_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     return _per_channel_layout("instance", input, weight, bias, eps, caller, running_mean,
                                running_var, momentum, 3, backward)
 
 
-def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=1e-5,
+def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=EPS,
                       caller="layer_norm", norm="layer", backward="derived") -> Layout:
     """Check layer_norm's (or rms_norm's, ``norm="rms"``) arguments; return the Layout.
 
@@ -270,7 +271,7 @@ def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=1e-5,
     return axes.layout(norm, input.shape, normalized_ndim=k)
 
 
-def group_norm_layout(input, num_groups, weight=None, bias=None, eps=1e-5,
+def group_norm_layout(input, num_groups, weight=None, bias=None, eps=EPS,
                       caller="group_norm", backward="derived") -> Layout:
     """Check group_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     check_float(input, "input", caller)
