@@ -18,10 +18,10 @@ The layers, each importing only from those above it:
   :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
 
 The library is what ``import normcore`` loads: the layers above up to :mod:`~normcore.nn`
-and :mod:`~normcore.fold`, which need only torch (``pip install normcore``).  It imports
-none of the book's tools; those are imported by name, and the ones that need more than torch
-(matplotlib, ipywidgets, SciPy, nbformat, ...) say so with an ``ImportError`` that names
-``pip install "normcore[book]"`` (:mod:`normcore._extras`).
+and :mod:`~normcore.fold`, which need only torch.  It imports none of the book's tools; those
+are imported by name, and the ones that need more than torch (matplotlib, ipywidgets, SciPy,
+nbformat, ...) say so with an ``ImportError`` that names the extra ``normcore[book]`` and how
+to install it (:mod:`normcore._extras`).
 """
 from . import axes, functional, stats, nn, fold  # noqa: E402
 

@@ -1,6 +1,7 @@
 """What the book's modules need beyond torch, and the error that says how to install it.
 
-``pip install normcore`` installs the library, which needs only torch: ``import normcore``
+Installing normcore's wheel without an extra installs the library, which needs only torch:
+``import normcore``
 loads :mod:`~normcore.nn`, :mod:`~normcore.functional` and the layers under them, and
 nothing else.  The wheel also carries the book's modules (the learners who download it run
 the chapters with them).  Those that draw, show widgets, train with progress bars and
@@ -8,7 +9,9 @@ intervals, or read notebooks need more (matplotlib, ipywidgets, SciPy, nbformat,
 the extra ``normcore[book]`` installs (``[project.optional-dependencies]`` in
 ``pyproject.toml``).  Each of them calls :func:`require` before its first such import, so
 that without the extra it fails at once with an :class:`ImportError` that names the
-command, not with a bare ``No module named 'matplotlib'`` from deep inside a chapter.
+command, not with a bare ``No module named 'matplotlib'`` from deep inside a chapter.  The
+command names the wheel (or a clone), never the bare name: ``normcore`` on PyPI is another
+project.
 
 :data:`NEEDS` is the one list of what each needs, by import name (``PIL`` is Pillow's,
 ``sklearn`` scikit-learn's).  An entry for a package covers its modules; a module's lazy
@@ -20,11 +23,12 @@ This module imports nothing from normcore (it sits above every layer).
 from __future__ import annotations
 
 import importlib.util
+from importlib import metadata
 
-__all__ = ["BOOK_INSTALL", "NEEDS", "missing", "require"]
+__all__ = ["BOOK_EXTRA", "NEEDS", "install_command", "missing", "require"]
 
-#: The command that installs what the book's modules need.
-BOOK_INSTALL = 'pip install "normcore[book]"'
+#: The extra that installs what the book's modules need.
+BOOK_EXTRA = "normcore[book]"
 
 #: The book's modules that need more than torch, and the top-level names they import.
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -36,6 +40,17 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "normcore.classroom": ("nbformat", "nbclient", "cloudpickle", "tqdm", "pybtex",
                            "latexcodec"),
 }
+
+
+def install_command() -> str:
+    """How to install the extra: from the book's wheel (this version's) or from a clone."""
+    try:
+        version = metadata.version("normcore")
+    except metadata.PackageNotFoundError:     # run from a source tree that is not installed
+        version = "<version>"
+    return (f'pip install "normcore-{version}-py3-none-any.whl[book]" (the wheel the book '
+            f'offers for download), or pip install -e ".[book]" in a clone of the book; not '
+            f'pip install normcore, which on PyPI is another project')
 
 
 def missing(module: str) -> list[str]:
@@ -55,6 +70,6 @@ def require(module: str) -> None:
         raise ImportError(
             f"{module} is one of the normcore book's modules, not part of the library, and "
             f"needs {', '.join(absent)}, which {'is' if len(absent) == 1 else 'are'} not "
-            f"installed. Install the book's dependencies with: {BOOK_INSTALL} (the library, "
-            f"normcore.nn and normcore.functional, needs only torch)",
+            f"installed. Install the book's extra, {BOOK_EXTRA}: {install_command()}. (The "
+            f"library, normcore.nn and normcore.functional, needs only torch.)",
             name=absent[0])

@@ -227,9 +227,12 @@ def test_require_names_the_extra_and_what_is_missing(monkeypatch):
     _without(monkeypatch, "matplotlib", "PIL")
     with pytest.raises(ImportError, match=r'normcore.viz is one of the normcore book.*needs '
                                           r'matplotlib, PIL, which are not installed.*'
-                                          r'pip install "normcore\[book\]"') as err:
+                                          r'extra, normcore\[book\]: pip install '
+                                          r'"normcore-[\d.]+-py3-none-any.whl\[book\]"') as err:
         _extras.require("normcore.viz")
     assert err.value.name == "matplotlib"
+    # never the bare name: normcore on PyPI is another project
+    assert not re.search(r'pip install "?normcore(\[book\])?"?( |$)', str(err.value))
     _extras.require("normcore.experiments")   # scipy, tqdm, ... are found: nothing raised
     _without(monkeypatch, "nbformat")
     with pytest.raises(ImportError, match=r"needs nbformat, which is not installed"):

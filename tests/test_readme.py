@@ -148,5 +148,6 @@ def test_the_declared_torch_range_is_the_one_in_pyproject():
     import tomllib
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert f"one dependency, `{deps[0]}`" in section(), deps
+    assert "Not `pip install normcore`: that name on PyPI belongs to another project" in section()
     tested = re.search(r"^torch==([\d.]+)$", (ROOT / "requirements.txt").read_text(), re.M)[1]
     assert f"{tested} is the release\ntested" in section(), tested
