@@ -31,7 +31,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from normcore import _extras
-from test_readme import book_modules_needing_the_extra, library_blocks
+from test_readme import book_modules_needing_the_extra, library_blocks, section
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,6 +177,9 @@ CHECK = textwrap.dedent(r'''
     ]
 
     # every module: imports, or fails with the ImportError that names the extra
+    def names_the_extra(err):
+        return _extras.BOOK_EXTRA in str(err) and '.whl[book]' in str(err)
+
     refused, imported = {}, []
     for info in pkgutil.walk_packages(normcore.__path__, "normcore.",
                                       onerror=lambda name: None):
@@ -186,14 +189,14 @@ CHECK = textwrap.dedent(r'''
             importlib.import_module(info.name)
             imported.append(info.name)
         except ImportError as err:
-            assert _extras.BOOK_EXTRA in str(err) and '.whl[book]' in str(err), (info.name, repr(err))
+            assert names_the_extra(err), (info.name, repr(err))
             refused[info.name] = str(err)
     for name in ("normcore.viz", "normcore.widgets", "normcore.images", "normcore.experiments",
                  "normcore.classroom", "normcore.datasets"):
         try:
             importlib.import_module(name)
         except ImportError as err:
-            assert _extras.BOOK_EXTRA in str(err) and '.whl[book]' in str(err), (name, repr(err))
+            assert names_the_extra(err), (name, repr(err))
             refused[name] = str(err)
         else:
             raise AssertionError(f"{name} imported without normcore[book]")
@@ -236,6 +239,8 @@ def test_the_wheel_installs_and_runs_with_torch_alone(wheel, tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["checked"] == ["BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm",
                                  "InstanceNorm2d"]
+    said = section().split("runs there")[1].split("against their torch")[0]
+    assert set(re.findall(r"`(\w+)`", said)) == set(result["checked"]), said   # README's claim
     assert {"normcore.nn", "normcore.functional", "normcore.fold", "normcore.exercises",
             "normcore.data", "normcore.invariance"} <= set(result["imported"])
     assert set(_extras.NEEDS) <= set(result["refused"]), result["refused"]
