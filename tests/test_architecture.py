@@ -98,8 +98,11 @@ def test_the_cycle_finder_finds_cycles():
     ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.defaults",
                        "normcore.stats"}),
     ("normcore.launch", set()),
-    # the real data sets: the cache's location is the experiments' (one setting), nothing else
-    ("normcore.datasets", {"normcore.experiments.runner"}),
+    # the real data sets: the cache's location is the experiments' (one setting), and the
+    # check that names normcore[book] when numpy or scikit-learn is missing
+    ("normcore.datasets", {"normcore.experiments.runner", "normcore._extras"}),
+    # what the book's modules need beyond torch: above every layer
+    ("normcore._extras", set()),
 ])
 def test_each_layer_imports_only_from_the_layers_above(module, allowed):
     assert GRAPH[module] <= allowed, f"{module} imports {sorted(GRAPH[module] - allowed)}"
