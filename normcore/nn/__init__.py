@@ -35,6 +35,12 @@ again in that subset.  So scripting a model that holds a normcore module raises 
 TypeError that names the supported ways (``__prepare_scriptable__``, which
 ``torch.jit.script`` calls on every submodule before it compiles anything).
 """
+from __future__ import annotations
+
+from typing import NoReturn
+
+from torch.nn import Module
+
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
 from . import _fuse
@@ -52,7 +58,8 @@ __all__ = [
     "from_torch", "to_torch",
 ]
 
-def _refuse_script(self):
+
+def _refuse_script(self: Module) -> NoReturn:
     raise TypeError(
         f"torch.jit.script cannot compile normcore.nn.{type(self).__name__}: TorchScript "
         f"(in maintenance mode) has no torch.autograd.Function and no dataclass, which "
@@ -67,7 +74,7 @@ for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, Ins
              InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm, ScaledStdConv2d,
              WSConv1d, WSConv3d, DyT):
     _cls.__module__ = __name__
-    _cls.__prepare_scriptable__ = _refuse_script
+    setattr(_cls, "__prepare_scriptable__", _refuse_script)   # a hook torch looks up by name
 del _cls
 
 # eager-mode fusion (torch.ao.quantization.fuse_modules) finds normcore's BatchNorms too

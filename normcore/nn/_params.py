@@ -1,11 +1,14 @@
 """Parameters shared by the norm modules: gamma and beta registered as torch's norms do."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.nn import Module, Parameter, init
 
 
-def affine_parameters(module: Module, shape, affine: bool, bias: bool, factory) -> None:
+def affine_parameters(module: Module, shape: tuple[int, ...], affine: bool, bias: bool,
+                      factory: dict[str, Any]) -> None:
     """Register ``weight`` and ``bias`` of ``shape`` (or None), as torch's norms do."""
     if affine:
         module.weight = Parameter(torch.empty(shape, **factory))
