@@ -285,8 +285,8 @@ of one process, compute plain BatchNorm.""",
         # eval mode (buffers, or local stats without buffers) and a world of one: plain BN
         if not (self.training and use_batch_stats) or dist.get_world_size(self._group()) == 1:
             return super()._batch_norm(input, factor, use_batch_stats, running_mean, running_var)
-        return sync.SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean, running_var,
-                                      factor, self.eps, self._group())
+        return sync.SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean,
+                                                running_var, factor, self.eps, self._group())
 
     @classmethod
     def convert_sync_batchnorm(cls, module: torch.nn.Module,
