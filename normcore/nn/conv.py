@@ -107,7 +107,8 @@ _WS_PIECES = dict(SCRIPT=_doc.SCRIPT, PAGE=_doc.PAGE,
 @fill_defaults
 class WSConv2d(_WSConvNd, torch.nn.Conv2d):
     __doc__ = _doc.fill(
-        _WS, D="2d", FAN=r"C_{\text{in}}\, k_h\, k_w", SHAPE_IN=r":math:`(N, C_{\text{in}}, H, W)`",
+        _WS, D="2d", FAN=r"C_{\text{in}}\, k_h\, k_w",
+        SHAPE_IN=r":math:`(N, C_{\text{in}}, H, W)`",
         SHAPE_OUT=r":math:`(N, C_{\text{out}}, H', W')`", EXAMPLES="""\
     >>> import normcore.nn as nnc
     >>> m = nnc.WSConv2d(3, 8, 3, padding=1)
