@@ -74,7 +74,8 @@ for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, Ins
              InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm, ScaledStdConv2d,
              WSConv1d, WSConv3d, DyT):
     _cls.__module__ = __name__
-    setattr(_cls, "__prepare_scriptable__", _refuse_script)   # a hook torch looks up by name
+    # a hook torch.jit.script looks up by name; Module declares no such attribute for mypy
+    setattr(_cls, "__prepare_scriptable__", _refuse_script)  # noqa: B010
 del _cls
 
 # eager-mode fusion (torch.ao.quantization.fuse_modules) finds normcore's BatchNorms too

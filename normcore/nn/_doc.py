@@ -29,6 +29,11 @@ def fill(template: str, **pieces: str) -> str:
     return template
 
 
+def differs(*items: str) -> str:
+    """The items of a "Differs from torch" section, one after the other."""
+    return "\n".join(items)
+
+
 PAGE = '    See the book\'s page "Where normcore differs from PyTorch, on purpose".'
 
 EPS = """\

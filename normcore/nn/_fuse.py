@@ -11,7 +11,8 @@ keys with normcore types are added, so nothing torch fuses changes.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch.nn import Module
 

@@ -27,5 +27,9 @@ def traced_as_leaf(module: Module, input: Any) -> Tensor | None:
     if not isinstance(input, fx.Proxy):
         return None
     tracer = input.tracer
+    if not isinstance(tracer, fx.Tracer):   # a module path is a Tracer's notion
+        raise TypeError(f"normcore.nn.{type(module).__name__} can be traced by a torch.fx "
+                        f"Tracer only, got a {type(tracer).__name__}; use "
+                        f"torch.fx.symbolic_trace or torch.export.export")
     node = tracer.create_proxy("call_module", tracer.path_of_module(module), (input,), {})
     return cast(Tensor, node)

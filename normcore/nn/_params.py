@@ -23,7 +23,8 @@ def affine_parameters(module: Module, shape: tuple[int, ...], affine: bool, bias
 
 def reset_affine(module: Module) -> None:
     """gamma = 1, beta = 0: the norm starts as a plain standardization."""
-    if module.weight is not None:
-        init.ones_(module.weight)
-    if module.bias is not None:
-        init.zeros_(module.bias)
+    weight, bias = module.weight, module.bias     # a Parameter or None each
+    if isinstance(weight, torch.Tensor):
+        init.ones_(weight)
+    if isinstance(bias, torch.Tensor):
+        init.zeros_(bias)

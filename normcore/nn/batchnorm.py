@@ -82,11 +82,11 @@ Examples:
 <<EXAMPLES>>
 """
 
-_BN_DIFFERS = "\n".join([_doc.EPS, _doc.MOMENTUM, _doc.SIZES, _doc.ERRORS, _doc.SCRIPT,
-                         _doc.FX, _doc.FUSE])
-_BN_PIECES = dict(DIFFERS=_BN_DIFFERS, PAGE=_doc.PAGE, DEVICE_ARGS=_doc.DEVICE_ARGS,
-                  PROCESS_GROUP="", MORE="", SIZE_ARGS="``num_features``",
-                  EPS_TORCH="torch's BatchNorm refuses it only at a training forward")
+_BN_DIFFERS = _doc.differs(_doc.EPS, _doc.MOMENTUM, _doc.SIZES, _doc.ERRORS, _doc.SCRIPT,
+                         _doc.FX, _doc.FUSE)
+_BN_PIECES = {"DIFFERS": _BN_DIFFERS, "PAGE": _doc.PAGE, "DEVICE_ARGS": _doc.DEVICE_ARGS,
+              "PROCESS_GROUP": "", "MORE": "", "SIZE_ARGS": "``num_features``",
+              "EPS_TORCH": "torch's BatchNorm refuses it only at a training forward"}
 
 
 class _NormBase(torch_bn._NormBase):

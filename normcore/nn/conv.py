@@ -2,7 +2,8 @@
 ScaledStdConv2d (Brock et al. 2021), and :func:`convert_to_ws`."""
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -12,8 +13,8 @@ from torch.nn.modules.conv import _ConvNd
 
 from .. import _checks as checks
 from .. import functional as F
-from . import _doc
 from ..defaults import fill_defaults
+from . import _doc
 from ._fx import traced_as_leaf
 
 __all__ = ["WSConv1d", "WSConv2d", "WSConv3d", "ScaledStdConv2d", "convert_to_ws"]
@@ -100,8 +101,8 @@ Examples:
 <<EXAMPLES>>
 """
 
-_WS_PIECES = dict(SCRIPT=_doc.SCRIPT, PAGE=_doc.PAGE,
-                  DEVICE_ARGS=_doc.DEVICE_ARGS.replace("and buffers ", ""))
+_WS_PIECES = {"SCRIPT": _doc.SCRIPT, "PAGE": _doc.PAGE,
+              "DEVICE_ARGS": _doc.DEVICE_ARGS.replace("and buffers ", "")}
 
 
 @fill_defaults
@@ -174,7 +175,7 @@ class WSConv3d(_WSConvNd, torch.nn.Conv3d):
 
 
 # the constructor of each plain Conv's WS twin, called with the Conv's own arguments
-_WS_OF: dict[type[Module], Callable[..., Module]] = {
+_WS_OF: dict[type[Module], Callable[..., _ConvNd]] = {
     torch.nn.Conv1d: WSConv1d, torch.nn.Conv2d: WSConv2d, torch.nn.Conv3d: WSConv3d}
 
 

@@ -5,9 +5,9 @@ Matched to the official code (``dynamic_tanh.py`` of github.com/jiachenzhu/DyT):
 
 * the parameters and their names, shapes and initial values: ``alpha`` of shape ``(1,)``
   filled with ``alpha_init_value`` (the paper's default, :data:`normcore.defaults.DYT_ALPHA`),
-  ``weight`` (gamma, ones) and ``bias`` (beta, zeros) of shape ``normalized_shape``, registered in that order, so a
-  ``state_dict`` moves between the official ``DynamicTanh`` and :class:`DyT` in both
-  directions;
+  ``weight`` (gamma, ones) and ``bias`` (beta, zeros) of shape ``normalized_shape``,
+  registered in that order, so a ``state_dict`` moves between the official
+  ``DynamicTanh`` and :class:`DyT` in both directions;
 * the attributes ``normalized_shape``, ``alpha_init_value``, ``channels_last``, and the
   forward: ``tanh(alpha * x)``, then ``* weight + bias`` over the last dims
   (``channels_last=True``) or per channel of dim 1 (``channels_last=False``, the official
@@ -216,11 +216,11 @@ def convert_ln_to_dyt(module: Module, alpha_init_value: float = DYT_ALPHA) -> Mo
     checks.check_alpha_init(alpha_init_value, "convert_ln_to_dyt")
     if isinstance(module, (torch.nn.LayerNorm, LayerNorm)):
         p = module.weight
-        factory = {} if p is None else {"device": p.device, "dtype": p.dtype}
         new = DyT(module.normalized_shape, alpha_init_value=alpha_init_value,
                   channels_last=not _is_channels_first(module),
                   elementwise_affine=module.elementwise_affine,
-                  bias=module.bias is not None, **factory)
+                  bias=module.bias is not None, device=None if p is None else p.device,
+                  dtype=None if p is None else p.dtype)
         return new.train(module.training)
     for name, child in module.named_children():
         converted = convert_ln_to_dyt(child, alpha_init_value)

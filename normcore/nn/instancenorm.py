@@ -80,11 +80,11 @@ _EMPTY = """\
       the buffers as they were (torch writes NaN into them, or raises an ``IndexError`` from
       its kernel); an empty batch that updates nothing gives an empty output."""
 
-_IN_PIECES = dict(
-    DIFFERS="\n".join([_doc.EPS, _doc.MOMENTUM, _doc.SIZES, _EMPTY, _doc.ERRORS, _doc.SCRIPT,
-                       _doc.FX]),
-    PAGE=_doc.PAGE, DEVICE_ARGS=_doc.DEVICE_ARGS, SIZE_ARGS="``num_features``",
-    EPS_TORCH="torch accepts it")
+_IN_PIECES = {
+    "DIFFERS": _doc.differs(_doc.EPS, _doc.MOMENTUM, _doc.SIZES, _EMPTY, _doc.ERRORS,
+                            _doc.SCRIPT, _doc.FX),
+    "PAGE": _doc.PAGE, "DEVICE_ARGS": _doc.DEVICE_ARGS, "SIZE_ARGS": "``num_features``",
+    "EPS_TORCH": "torch accepts it"}
 
 
 class _InstanceNorm(_NormBase, torch_in._InstanceNorm):

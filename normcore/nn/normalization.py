@@ -20,7 +20,7 @@ from ._fx import traced_as_leaf
 
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm"]
 
-_DIFFERS = "\n".join([_doc.EPS, _doc.SIZES, _doc.ERRORS, _doc.SCRIPT, _doc.FX, _doc.PAGE])
+_DIFFERS = _doc.differs(_doc.EPS, _doc.SIZES, _doc.ERRORS, _doc.SCRIPT, _doc.FX, _doc.PAGE)
 
 _SAME_IN_EVAL = """\
 There are no running statistics: train and eval mode compute the same thing."""
