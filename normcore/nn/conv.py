@@ -179,6 +179,7 @@ _WS_OF: dict[type[Module], Callable[..., _ConvNd]] = {
     torch.nn.Conv1d: WSConv1d, torch.nn.Conv2d: WSConv2d, torch.nn.Conv3d: WSConv3d}
 
 
+@fill_defaults
 def convert_to_ws(module: Module, convention: str = "original",
                   ws_eps: float | None = None) -> Module:
     r"""Replace every plain ``Conv1d/2d/3d`` of ``module`` by its WS twin, in place.
