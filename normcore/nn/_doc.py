@@ -34,7 +34,8 @@ def differs(*items: str) -> str:
     return "\n".join(items)
 
 
-PAGE = '    See the book\'s page "Where normcore differs from PyTorch, on purpose".'
+# after the list, a paragraph of its own (reST needs the blank line)
+PAGE = '\n    See the book\'s page "Where normcore differs from PyTorch, on purpose".'
 
 EPS = """\
     - ``eps <= 0`` raises a ``ValueError`` when the module is built: with ``eps = 0`` a

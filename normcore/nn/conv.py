@@ -299,6 +299,7 @@ class ScaledStdConv2d(torch.nn.Conv2d):
     Differs from torch:
         - ``torch.jit.script`` raises a ``TypeError`` that names what works instead:
           ``torch.compile``, ``torch.export.export`` and ``torch.jit.trace``.
+
         See the book's page "Where normcore differs from PyTorch, on purpose".
 
     Examples:

@@ -109,6 +109,7 @@ class DyT(Module):
         ``torch.fx`` and refused by ``torch.jit.script`` (with a ``TypeError`` naming
         ``torch.compile``, ``torch.export.export`` and ``torch.jit.trace``).  Its
         differences from the paper's code are listed in :mod:`normcore.nn.dyt`.
+
         See the book's page "Where normcore differs from PyTorch, on purpose".
 
     Examples:
