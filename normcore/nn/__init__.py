@@ -49,13 +49,13 @@ from .dyt import DyT, convert_ln_to_dyt
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .normalization import GroupNorm, LayerNorm, RMSNorm
 from . import convert
-from .convert import from_torch, to_torch
+from .convert import Swap, from_torch, to_torch
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "InstanceNorm1d",
     "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
     "ScaledStdConv2d", "WSConv1d", "WSConv3d", "convert_to_ws", "DyT", "convert_ln_to_dyt",
-    "from_torch", "to_torch",
+    "from_torch", "to_torch", "Swap",
 ]
 
 
