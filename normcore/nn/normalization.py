@@ -22,6 +22,11 @@ __all__ = ["LayerNorm", "RMSNorm", "GroupNorm"]
 
 _DIFFERS = _doc.differs(_doc.EPS, _doc.SIZES, _doc.ERRORS, _doc.SCRIPT, _doc.FX, _doc.PAGE)
 
+# the Shape section of LayerNorm and RMSNorm
+_LAST_DIMS = r"""    - Input: :math:`(*, \text{normalized\_shape}[0], \ldots)`, whose last dims are
+      ``normalized_shape``
+    - Output: same shape as input"""
+
 _SAME_IN_EVAL = """\
 There are no running statistics: train and eval mode compute the same thing."""
 
@@ -56,9 +61,7 @@ Args:
 <<DEVICE_ARGS>>
 
 Shape:
-    - Input: :math:`(*, \text{normalized\_shape}[0], \ldots)`, whose last dims are
-      ``normalized_shape``
-    - Output: same shape as input
+<<LAST_DIMS>>
 
 Differs from torch:
 <<DIFFERS>>
@@ -72,7 +75,7 @@ Examples:
     >>> nnc.LayerNorm([5, 16])(x).shape             # one set per sample
     torch.Size([2, 5, 16])
 """, SAME=_SAME_IN_EVAL, DEVICE_ARGS=_doc.DEVICE_ARGS, DIFFERS=_DIFFERS,
-        SIZE_ARGS="``normalized_shape``", EPS_TORCH="torch accepts it")
+        LAST_DIMS=_LAST_DIMS, SIZE_ARGS="``normalized_shape``", EPS_TORCH="torch accepts it")
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = EPS,
                  elementwise_affine: bool = True, bias: bool = True, device: Any = None,
@@ -114,9 +117,7 @@ Args:
 <<DEVICE_ARGS>>
 
 Shape:
-    - Input: :math:`(*, \text{normalized\_shape}[0], \ldots)`, whose last dims are
-      ``normalized_shape``
-    - Output: same shape as input
+<<LAST_DIMS>>
 
 Differs from torch:
 <<DIFFERS>>
@@ -131,7 +132,8 @@ Examples:
     >>> torch.allclose(rms, torch.ones(2, 5), atol=1e-4)
     True
 """, SAME=_SAME_IN_EVAL, DEVICE_ARGS=_doc.DEVICE_ARGS, DIFFERS=_DIFFERS,
-        SIZE_ARGS="``normalized_shape``", EPS_TORCH="torch accepts it, even below 0")
+        LAST_DIMS=_LAST_DIMS, SIZE_ARGS="``normalized_shape``",
+        EPS_TORCH="torch accepts it, even below 0")
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
                  elementwise_affine: bool = True, device: Any = None,
