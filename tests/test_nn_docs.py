@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-import normcore.nn as nn
+from normcore import nn
 from normcore.nn import _doc
 
 PUBLIC = {name: getattr(nn, name) for name in nn.__all__}
@@ -17,7 +17,7 @@ MODULES = {n: o for n, o in PUBLIC.items() if inspect.isclass(o) and o is not nn
 
 def _args(doc: str) -> set[str]:
     """The names of the Args section's entries."""
-    section = re.search(r"^\s*Args:\n(.*?)(?:\n\s*\n|\Z)", doc, re.S | re.M)
+    section = re.search(r"^\s*Args:\n(.*?)(?:\n\s*\n|\Z)", doc, re.DOTALL | re.MULTILINE)
     assert section, "no Args section"
     lines = section[1].splitlines()
     indent = len(lines[0]) - len(lines[0].lstrip())

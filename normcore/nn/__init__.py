@@ -42,7 +42,7 @@ from typing import NoReturn
 from torch.nn import Module
 
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
-from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
+from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as in torch.nn)
 from . import _fuse
 from .conv import ScaledStdConv2d, WSConv1d, WSConv2d, WSConv3d, convert_to_ws
 from .dyt import DyT, convert_ln_to_dyt
