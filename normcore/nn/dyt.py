@@ -122,6 +122,10 @@ class DyT(Module):
         torch.Size([2, 64, 7, 7])
     """
 
+    # set by affine_parameters: Parameters, or None without elementwise_affine / bias
+    weight: Tensor | None
+    bias: Tensor | None
+
     def __init__(self, normalized_shape: int | Sequence[int], *,
                  alpha_init_value: float = DYT_ALPHA, channels_last: bool = True,
                  elementwise_affine: bool = True, bias: bool = True, device: Any = None,
