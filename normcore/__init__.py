@@ -16,6 +16,12 @@ The layers, each importing only from those above it:
   layer's output unchanged, by experiment), :mod:`~normcore.choose` (every layer side by side,
   each claim checked), :mod:`~normcore.exercises` (checkers that name misconceptions),
   :mod:`~normcore.widgets` and :mod:`~normcore.viz`.
+
+The library is what ``import normcore`` loads: the layers above up to :mod:`~normcore.nn`
+and :mod:`~normcore.fold`, which need only torch.  It imports none of the book's tools; those
+are imported by name, and the ones that need more than torch (matplotlib, ipywidgets, SciPy,
+nbformat, ...) say so with an ``ImportError`` that names the extra ``normcore[book]`` and how
+to install it (:mod:`normcore._extras`).
 """
 from . import axes, functional, stats, nn, fold
 

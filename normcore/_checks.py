@@ -27,6 +27,7 @@ import torch
 
 from . import axes
 from .axes import Layout, check_num_groups
+from .defaults import EPS, MOMENTUM
 from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError, NotFloatError,
                      ShapeError)
 from .stats import check_momentum
@@ -73,7 +74,7 @@ def check_eps(eps: object, caller: str, allow_zero: bool = False) -> None:
         raise ValueError(
             f"{caller}: eps must be positive, got eps={eps} (eps=0 or below makes "
             f"1/sqrt(var + eps) infinite when a set has zero variance); pass eps > 0, e.g. "
-            f"PyTorch's default 1e-5")
+            f"PyTorch's default {str(EPS).replace('e-0', 'e-')}")   # 1e-5, as torch writes it
 
 
 def check_positive_int(value: object, name: str, caller: str) -> int:
@@ -240,9 +241,9 @@ def _per_channel_layout(norm: str, input: torch.Tensor, weight: torch.Tensor | N
 
 
 def batch_norm_layout(input: torch.Tensor, weight: torch.Tensor | None = None,
-                      bias: torch.Tensor | None = None, eps: float = 1e-5,
+                      bias: torch.Tensor | None = None, eps: float = EPS,
                       caller: str = "batch_norm", running_mean: torch.Tensor | None = None,
-                      running_var: torch.Tensor | None = None, momentum: float | None = 0.1,
+                      running_var: torch.Tensor | None = None, momentum: float | None = MOMENTUM,
                       backward: str = "derived") -> Layout:
     """Check batch_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     return _per_channel_layout("batch", input, weight, bias, eps, caller, running_mean,
@@ -250,9 +251,9 @@ def batch_norm_layout(input: torch.Tensor, weight: torch.Tensor | None = None,
 
 
 def instance_norm_layout(input: torch.Tensor, weight: torch.Tensor | None = None,
-                         bias: torch.Tensor | None = None, eps: float = 1e-5,
+                         bias: torch.Tensor | None = None, eps: float = EPS,
                          caller: str = "instance_norm", running_mean: torch.Tensor | None = None,
-                         running_var: torch.Tensor | None = None, momentum: float | None = 0.1,
+                         running_var: torch.Tensor | None = None, momentum: float | None = MOMENTUM,
                          backward: str = "derived") -> Layout:
     """Check instance_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     return _per_channel_layout("instance", input, weight, bias, eps, caller, running_mean,
@@ -261,7 +262,7 @@ def instance_norm_layout(input: torch.Tensor, weight: torch.Tensor | None = None
 
 def layer_norm_layout(input: torch.Tensor, normalized_shape: int | Sequence[int],
                       weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                      eps: float | None = 1e-5, caller: str = "layer_norm", norm: str = "layer",
+                      eps: float | None = EPS, caller: str = "layer_norm", norm: str = "layer",
                       backward: str = "derived") -> Layout:
     """Check layer_norm's (or rms_norm's, ``norm="rms"``) arguments; return the Layout.
 
@@ -287,7 +288,7 @@ def layer_norm_layout(input: torch.Tensor, normalized_shape: int | Sequence[int]
 
 
 def group_norm_layout(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-                      bias: torch.Tensor | None = None, eps: float = 1e-5,
+                      bias: torch.Tensor | None = None, eps: float = EPS,
                       caller: str = "group_norm", backward: str = "derived") -> Layout:
     """Check group_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     check_float(input, "input", caller)

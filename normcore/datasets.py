@@ -40,8 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-import torch
+from ._extras import require
+
+require(__name__)   # without normcore[book]: an ImportError that names it
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 __all__ = ["Dataset", "digits", "mnist1d", "NUM_CLASSES"]
 

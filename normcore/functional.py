@@ -7,16 +7,18 @@ r"""The normalizations as pure functions, written from one formula.
 Every function here validates its arguments (:mod:`normcore._checks`, which asks
 :func:`normcore.axes.layout` which elements share :math:`\mu_i, \sigma_i^2`), and computes
 with the one primitive :func:`normalize`.  The signatures are those of
-``torch.nn.functional``.
+``torch.nn.functional``, and so are the defaults (:mod:`normcore.defaults`).
 
 Conventions, all as in PyTorch:
 
-* the normalization divides by the **biased** variance (:math:`M_2 / n`);
-* ``running_var`` is updated with the **unbiased** variance (:math:`M_2 / (n-1)`);
-* the update is :math:`r \leftarrow (1-m)\,r + m\,s`, in place;
+* the normalization divides by the **biased** variance (:math:`M_2 / K`);
+* ``running_var`` is updated with the **unbiased** variance (:math:`M_2 / (K-1)`);
+* the update is :math:`\hat\theta \leftarrow (1-\alpha)\,\hat\theta + \alpha\,\theta`, in
+  place, with :math:`\alpha` = ``momentum``;
 * float16 / bfloat16 inputs are normalized in float32 and the result cast back.
 
-Dispatch, and the one keyword-only argument ``backward`` that every op takes:
+Dispatch, and the one keyword-only argument ``backward`` that every op takes (PyTorch's
+functions have no such argument):
 
 * ``backward="derived"`` (the default): when autograd will need a gradient, the work goes to
   the hand-derived Functions of :mod:`normcore.grad` (:class:`~normcore.grad.Normalize`,
@@ -26,33 +28,54 @@ Dispatch, and the one keyword-only argument ``backward`` that every op takes:
   (:func:`~normcore.core.normalize_formula`, :func:`~normcore.grad_dyt.dyt_formula`) step by
   step: the readable reference that the derived backward is held to.
 
-Without a gradient to compute, both run the formula, which writes its output over its own
-temporaries.  (One op per name: ``normcore.grad`` holds the Functions and the derivation,
-not a second ``layer_norm``.)
+The two give the same outputs and the same gradients (to rounding).  Without a gradient to
+compute, both run the formula, which writes its output over its own temporaries.  (One op
+per name: ``normcore.grad`` holds the Functions and the derivation, not a second
+``layer_norm``.)
+
+Bad arguments raise an error that is an instance of PyTorch's type for the same mistake and
+also a ``ValueError`` or ``TypeError`` (:mod:`normcore.errors`), with a message that says
+what was given and what to do.  The deliberate differences from PyTorch are listed, each
+with its reason, on the book's page "Where normcore differs from PyTorch, on purpose".
 
 :func:`dyt` (Dynamic Tanh) normalizes nothing: it is the element-wise layer that Zhu et al.
-(2025) put where LayerNorm was, :math:`\gamma \tanh(\alpha x) + \beta`.
+(2025) put where LayerNorm was, :math:`\gamma \tanh(\alpha_{\mathrm{DyT}} x) + \beta`.
+:func:`~normcore.core.normalize_formula` and :class:`~normcore.core.Normalized` (what
+:func:`normalize` returns) live in :mod:`normcore.core`; they can be imported from here too.
+
+Examples:
+    >>> import normcore.functional as F
+    >>> x = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    >>> grads = [torch.autograd.grad(F.layer_norm(x, (5,), backward=b).pow(3).sum(), x)[0]
+    ...          for b in ("derived", "autograd")]
+    >>> torch.allclose(grads[0], grads[1], rtol=0, atol=1e-12)
+    True
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from torch import Tensor
 
 from . import _checks as checks
 from . import axes, rows, stats
 from ._checks import WS_CONVENTIONS
+from ._functional_docs import documented  # the ops' docstrings, in torch's form, are there
 from .axes import Layout
 from .core import (Normalized, compute_dtype, group_norm_channels_last, normalize_formula,
                    output_format, writes_in_place)
+from .defaults import EPS, MOMENTUM
 from .grad import Normalize, WeightStandardize
 from .grad_dyt import DyTFunction, dyt_formula
 
 __all__ = [
-    "normalize", "normalize_formula", "Normalized", "batch_norm", "layer_norm",
-    "instance_norm", "group_norm", "rms_norm", "weight_standardize", "WS_CONVENTIONS",
+    "normalize", "batch_norm", "layer_norm", "instance_norm", "group_norm", "rms_norm",
+    "weight_standardize", "WS_CONVENTIONS",
 ]
 
 
-def _derived(backward: str, *tensors) -> bool:
+def _derived(backward: str, *tensors: Tensor | None) -> bool:
     """Whether to run the hand-derived Function: ``backward="derived"`` and a gradient to
     compute.  Not while torch.jit.trace records: it would record a Function as one opaque
     call with the layout (the input's sizes) as constants; the formula's ops keep the sizes
@@ -61,26 +84,11 @@ def _derived(backward: str, *tensors) -> bool:
             and any(t is not None and t.requires_grad for t in tensors))
 
 
-def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, *,
-              mean=None, var=None, correction: int = 0, eps_mode: str = "inside",
+@documented
+def normalize(x: Tensor, lay: Layout, eps: float, weight: Tensor | None = None,
+              bias: Tensor | None = None, *, mean: Tensor | None = None,
+              var: Tensor | None = None, correction: int = 0, eps_mode: str = "inside",
               backward: str = "derived") -> Normalized:
-    r"""Normalize ``x`` over the sets :math:`S_i` of ``lay`` (see
-    :func:`normcore.core.normalize_formula`); returns ``Normalized(output, mean, var)``.
-
-    With ``backward="derived"`` (the default), when autograd will need a gradient of the
-    normalization itself (batch statistics, the biased variance, eps inside the sqrt: BN in
-    training, LN, IN, GN, RMSNorm), the work goes to :class:`normcore.grad.Normalize`, whose
-    backward is the hand-derived one: two reductions and one fused pass instead of
-    autograd's walk back through every step.  It stays differentiable twice
-    (``create_graph=True``).  ``backward="autograd"`` differentiates the formula instead.
-    A large LayerNorm or RMSNorm goes to the Function without gradients too: it computes a
-    block of rows at a time (:mod:`normcore.rows`).  GroupNorm on a ``channels_last`` input
-    without gradients runs :func:`normcore.core.group_norm_channels_last`.  Outputs take
-    torch's memory format (:func:`normcore.core.output_format`).
-
-    The primitive takes ``eps = 0`` (the ops refuse it): the book uses it to show what eps
-    is for, and an exercise's "left eps out" variant is this formula with ``eps = 0``.
-    """
     caller = "normalize"
     checks.check_float(x, "x", caller)
     checks.check_eps(eps, caller, allow_zero=True)
@@ -92,8 +100,10 @@ def normalize(x: torch.Tensor, lay: Layout, eps: float, weight=None, bias=None, 
                       eps_mode=eps_mode, backward=backward)
 
 
-def _normalize(x, lay, eps, weight=None, bias=None, *, mean=None, var=None, correction=0,
-               eps_mode="inside", backward="derived") -> Normalized:
+def _normalize(x: Tensor, lay: Layout, eps: float, weight: Tensor | None = None,
+               bias: Tensor | None = None, *, mean: Tensor | None = None,
+               var: Tensor | None = None, correction: int = 0, eps_mode: str = "inside",
+               backward: str = "derived") -> Normalized:
     """:func:`normalize` on checked arguments (the ops below check their own)."""
     derived = _derived(backward, x, weight, bias)
     fmt = output_format(lay, x)
@@ -114,10 +124,11 @@ def _normalize(x, lay, eps, weight=None, bias=None, *, mean=None, var=None, corr
 # ---------------------------------------------------------------------------------------
 # batch norm and instance norm: batch statistics (and a buffer update), or the buffers'
 # ---------------------------------------------------------------------------------------
-def _update_buffers(running_mean, running_var, out: Normalized, lay: Layout, momentum, caller) -> None:
+def _update_buffers(running_mean: Tensor | None, running_var: Tensor | None, out: Normalized,
+                    lay: Layout, momentum: float | None, caller: str) -> None:
     """In place: r <- (1 - m) r + m s with the batch mean and the *unbiased* batch variance,
     per channel; per-instance statistics (IN) are averaged over the batch first."""
-    if running_mean is None:           # both or neither: checked in normcore._checks
+    if running_mean is None or running_var is None:   # both or neither: checked in _checks
         return
     m = checks.momentum_value(momentum, caller)
     C = running_mean.shape[0]
@@ -127,10 +138,14 @@ def _update_buffers(running_mean, running_var, out: Normalized, lay: Layout, mom
     stats.ema_update_(running_var, var, m)
 
 
-def _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
-                            use_batch_stats, momentum, eps, caller, verify, backward):
+def _normalize_with_buffers(input: Tensor, lay: Layout, running_mean: Tensor | None,
+                            running_var: Tensor | None, weight: Tensor | None,
+                            bias: Tensor | None, use_batch_stats: bool, momentum: float | None,
+                            eps: float, caller: str, verify: Callable[[torch.Size, str], None],
+                            backward: str) -> Tensor:
     if not use_batch_stats:
         checks.check_running_stats_given(running_mean, running_var, caller)
+        assert running_mean is not None and running_var is not None   # (checked just above)
         shape = lay.affine_view_shape
         return _normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(shape),
                           var=running_var.reshape(shape), backward=backward).output
@@ -147,7 +162,7 @@ def _normalize_with_buffers(input, lay, running_mean, running_var, weight, bias,
     return out.output
 
 
-def _empty_output(input, weight, bias):
+def _empty_output(input: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     """The output for an empty input: empty, in the input's dtype, and connected to the
     inputs that carry gradients (whose gradients are then zeros, as torch's)."""
     out = input.clone()
@@ -157,17 +172,11 @@ def _empty_output(input, weight, bias):
     return out
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5, *, backward="derived"):
-    r"""Batch normalization (Ioffe & Szegedy 2015): one :math:`\mu, \sigma^2` per channel,
-    over the batch and every spatial position.
-
-    ``training=True``: normalize with the batch's biased variance, and if running buffers
-    are given, update them in place: ``running_mean`` with the batch mean, ``running_var``
-    with the batch's *unbiased* variance.  ``training=False``: normalize with the running
-    buffers.  An empty batch (``N = 0``) gives an empty output and leaves the buffers as
-    they are, as torch does.  ``backward``: see the module docstring.
-    """
+@documented
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+               weight: Tensor | None = None, bias: Tensor | None = None,
+               training: bool = False, momentum: float = MOMENTUM, eps: float = EPS, *,
+               backward: str = "derived") -> Tensor:
     caller = "batch_norm"
     lay = checks.batch_norm_layout(input, weight, bias, eps, caller, running_mean, running_var,
                                    momentum, backward)
@@ -176,17 +185,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                                    backward)
 
 
-def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
-                  use_input_stats=True, momentum=0.1, eps=1e-5, *, backward="derived"):
-    r"""Instance normalization (Ulyanov et al. 2016): one :math:`\mu, \sigma^2` per sample
-    and channel, over the spatial positions.
-
-    With ``use_input_stats`` and running buffers, the buffers are updated with the
-    per-instance statistics averaged over the batch (as PyTorch does).  With
-    ``use_input_stats=False`` the running buffers are used, as in BatchNorm's eval mode.
-    An empty batch gives an empty output, except when it would update running buffers
-    (their new value would be a mean over no instance): that raises.
-    """
+@documented
+def instance_norm(input: Tensor, running_mean: Tensor | None = None,
+                  running_var: Tensor | None = None, weight: Tensor | None = None,
+                  bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = MOMENTUM, eps: float = EPS, *,
+                  backward: str = "derived") -> Tensor:
     caller = "instance_norm"
     lay = checks.instance_norm_layout(input, weight, bias, eps, caller, running_mean, running_var,
                                       momentum, backward)
@@ -198,39 +202,44 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 # ---------------------------------------------------------------------------------------
 # layer norm, RMS norm, group norm
 # ---------------------------------------------------------------------------------------
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, *,
-               backward="derived"):
-    r"""Layer normalization (Ba et al. 2016): one :math:`\mu, \sigma^2` per leading index,
-    over the trailing ``normalized_shape`` dims; gamma and beta have ``normalized_shape``."""
+@documented
+def layer_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
+               weight: Tensor | None = None, bias: Tensor | None = None, eps: float = EPS, *,
+               backward: str = "derived") -> Tensor:
     lay = checks.layer_norm_layout(input, normalized_shape, weight, bias, eps, "layer_norm",
                                    backward=backward)
     return _normalize(input, lay, eps, weight, bias, backward=backward).output
 
 
-def rms_eps(eps, dtype: torch.dtype) -> float:
-    """RMSNorm's eps: ``eps``, or for ``None`` the machine epsilon of the compute dtype
-    (float32 for half-precision inputs), as ``torch.nn.functional.rms_norm`` does."""
+def rms_eps(eps: float | None, dtype: torch.dtype) -> float:
+    r"""RMSNorm's :math:`\epsilon`: ``eps``, or for ``None`` the machine epsilon of the compute
+    dtype (float32 for half-precision inputs), as ``torch.nn.functional.rms_norm`` does.
+
+    Examples:
+        >>> import normcore.functional as F
+        >>> F.rms_eps(None, torch.float16) == torch.finfo(torch.float32).eps
+        True
+        >>> F.rms_eps(1e-6, torch.float64)
+        1e-06
+    """
     if eps is not None:
         return float(eps)
     return torch.finfo(compute_dtype(dtype)).eps
 
 
-def rms_norm(input, normalized_shape, weight=None, eps=None, *, backward="derived"):
-    r"""RMS normalization (Zhang & Sennrich 2019): LayerNorm's set, no centering, no beta.
-
-    .. math:: y = \gamma\,\frac{x}{\sqrt{\operatorname{mean}_{S}(x^2) + \epsilon}}
-
-    ``eps=None`` takes ``torch.finfo`` of the compute dtype (float32 for half inputs).
-    """
+@documented
+def rms_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
+             weight: Tensor | None = None, eps: float | None = None, *,
+             backward: str = "derived") -> Tensor:
     lay = checks.layer_norm_layout(input, normalized_shape, weight, None, eps, "rms_norm",
                                    norm="rms", backward=backward)
     return _normalize(input, lay, rms_eps(eps, input.dtype), weight, backward=backward).output
 
 
-def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *, backward="derived"):
-    r"""Group normalization (Wu & He 2018): one :math:`\mu, \sigma^2` per sample and group of
-    ``C // num_groups`` contiguous channels, over those channels and every spatial position;
-    gamma and beta are per channel."""
+@documented
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = EPS, *,
+               backward: str = "derived") -> Tensor:
     lay = checks.group_norm_layout(input, num_groups, weight, bias, eps, "group_norm", backward)
     return _normalize(input, lay, eps, weight, bias, backward=backward).output
 
@@ -238,26 +247,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *, backward=
 # ---------------------------------------------------------------------------------------
 # weight standardization
 # ---------------------------------------------------------------------------------------
-def weight_standardize(weight, eps=None, *, convention="original", backward="derived"):
-    r"""Weight Standardization (Qiao et al. 2019): standardize each output channel of a
-    weight ``(C_out, C_in, *kernel)`` over ``(C_in, *kernel)``.
-
-    Three conventions exist, and they differ:
-
-    =============  ====================================  =============================
-    convention     formula                               default ``eps``
-    =============  ====================================  =============================
-    ``original``   :math:`(w-\mu)/(\sigma_{n-1}+\epsilon)`  ``1e-5`` (the default here)
-    ``bit``        :math:`(w-\mu)/\sqrt{\sigma_n^2+\epsilon}`  ``1e-10``
-    ``timm``       :math:`(w-\mu)/\sqrt{\sigma_n^2+\epsilon}`  ``1e-6``
-    =============  ====================================  =============================
-
-    where :math:`\sigma_{n-1}` is the unbiased std and :math:`\sigma_n^2` the biased
-    variance.  ``eps=None`` takes the convention's default.  It is a LayerNorm of the weight
-    over every dim but the first, without affine parameters.  With a gradient to compute
-    (and ``backward="derived"``) it runs :class:`normcore.grad.WeightStandardize` (every
-    convention); otherwise the formula.
-    """
+@documented
+def weight_standardize(weight: Tensor, eps: float | None = None, *,
+                       convention: str = "original", backward: str = "derived") -> Tensor:
     lay, eps, conv = checks.weight_standardize_setup(weight, eps, convention)
     checks.check_backward(backward, "weight_standardize")
     if _derived(backward, weight):
@@ -272,11 +264,9 @@ def weight_standardize(weight, eps=None, *, convention="original", backward="der
 __all__ += ["adaptive_instance_norm", "instance_stats"]
 
 
-def instance_stats(input, eps: float = 0.0, caller: str = "instance_stats"):
-    r"""Per ``(n, c)`` mean and standard deviation over the spatial dims, shape
-    ``(N, C, 1, ...)``: :math:`\mu_{nc}` and :math:`\sqrt{\sigma_{nc}^2 + \epsilon}` with the
-    biased variance, from :func:`normalize_formula` over InstanceNorm's sets (so they carry
-    gradients).  ``eps=0`` gives the plain standard deviation."""
+@documented
+def instance_stats(input: Tensor, eps: float = 0.0,
+                   caller: str = "instance_stats") -> tuple[Tensor, Tensor]:
     checks.check_float(input, "input", caller)
     checks.check_nc(input, caller, 3)
     if eps:
@@ -285,30 +275,9 @@ def instance_stats(input, eps: float = 0.0, caller: str = "instance_stats"):
     return out.mean, (out.var + eps).sqrt()
 
 
-def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
-    r"""Adaptive Instance Normalization (Huang & Belongie 2017): give each channel of each
-    sample of ``input`` the mean and standard deviation of that channel of ``style``.
-
-    .. math::
-
-        \operatorname{AdaIN}(x, v)_{nc} = s_{nc}(v)\,
-            \frac{x_{nc} - \mu_{nc}(x)}{\sqrt{\sigma_{nc}^2(x) + \epsilon}} + \mu_{nc}(v),
-        \qquad s_{nc}(v) = \sqrt{\sigma_{nc}^2(v) + \epsilon},
-
-    for content :math:`x` and style :math:`v`, with InstanceNorm's statistics (biased variance,
-    over the spatial dims).  :math:`\epsilon` on both sides makes ``AdaIN(x, x) == x``.  With
-    ``alpha`` < 1 the output is ``alpha * AdaIN(x, v) + (1 - alpha) * x``, the paper's
-    content-style trade-off; for this formula it is the same as interpolating the statistics
-    themselves.
-
-    Args:
-        input: the content, ``(N, C, *spatial)`` with at least one spatial dim.
-        style: ``(N, C, *spatial')``: the same ``N`` and ``C``; its spatial size may differ.
-        alpha: in ``[0, 1]``; 1 is full stylization, 0 returns ``input``.
-        eps: added to both variances.
-    Shape:
-        the output has the shape of ``input``.
-    """
+@documented
+def adaptive_instance_norm(input: Tensor, style: Tensor, alpha: float = 1.0,
+                           eps: float = EPS) -> Tensor:
     caller = "adaptive_instance_norm"
     lay = checks.adaptive_instance_norm_layout(input, style, alpha, eps, caller)
     # float16 / bfloat16 are computed in float32 and cast back, as in normalize
@@ -327,32 +296,11 @@ def adaptive_instance_norm(input, style, alpha: float = 1.0, eps: float = 1e-5):
 __all__ += ["dyt"]
 
 
-def dyt(input, alpha, weight=None, bias=None, *, channels_last: bool = True,
-        normalized_shape=None, backward="derived"):
-    r"""Dynamic Tanh (Zhu, Chen, He, LeCun & Liu 2025): an element-wise stand-in for
-    LayerNorm, with no statistics.
-
-    .. math:: \operatorname{DyT}(x) = \gamma \odot \tanh(\alpha x) + \beta
-
-    Args:
-        input: any shape with ``channels_last=True``; ``(N, C, *)`` otherwise.
-        alpha: the learned scalar, a tensor of shape ``(1,)`` (as the paper's code keeps it)
-            or ``()``.
-        weight, bias: gamma and beta, or None.  ``channels_last=True``: the shape of the
-            input's trailing dims (LayerNorm's ``normalized_shape``); ``channels_last=False``:
-            ``(C,)``, one per channel of dim 1 (the paper's code for ``(N, C, H, W)``
-            ConvNeXt inputs, here for any number of spatial dims).
-        channels_last: where gamma and beta live (keyword only).
-        normalized_shape: optional (keyword only); if given, the input's trailing dims (or
-            ``(C,)``) must equal it even without weight and bias.
-    Shape:
-        the output has the shape and dtype of ``input``; float16 / bfloat16 are computed in
-        float32 and cast back.
-
-    With a gradient to compute it runs :class:`normcore.grad_dyt.DyTFunction`, the
-    hand-derived backward (``backward="autograd"``: autograd through the formula);
-    otherwise the formula, in place on one temporary.
-    """
+@documented
+def dyt(input: Tensor, alpha: Tensor, weight: Tensor | None = None,
+        bias: Tensor | None = None, *, channels_last: bool = True,
+        normalized_shape: int | list[int] | tuple[int, ...] | None = None,
+        backward: str = "derived") -> Tensor:
     lay = checks.dyt_layout(input, alpha, weight, bias, channels_last, normalized_shape)
     checks.check_backward(backward, "dyt")
     if _derived(backward, input, alpha, weight, bias):

@@ -13,6 +13,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ._extras import require
+
+require(__name__)   # without normcore[book]: an ImportError that names it
+
 __all__ = ["IMAGE_FORMATS", "ResponsiveFigure", "check_image_format", "compact_image", "figure_description",
            "figure_to_png", "png_description", "responsive_figure"]
 

@@ -112,6 +112,7 @@ from torch.autograd.function import once_differentiable
 from . import _checks as checks
 from . import axes, stats
 from .core import compute_dtype
+from .defaults import EPS, MOMENTUM
 
 __all__ = [
     "SyncBatchNormFunction", "sync_batch_norm", "local_moments", "all_gather_moments",
@@ -237,8 +238,8 @@ class SyncBatchNormFunction(torch.autograd.Function):
 
 def sync_batch_norm(input: Tensor, running_mean: Tensor | None = None,
                     running_var: Tensor | None = None, weight: Tensor | None = None,
-                    bias: Tensor | None = None, momentum: float | None = 0.1, eps: float = 1e-5,
-                    process_group: dist.ProcessGroup | None = None) -> Tensor:
+                    bias: Tensor | None = None, momentum: float | None = MOMENTUM,
+                    eps: float = EPS, process_group: dist.ProcessGroup | None = None) -> Tensor:
     r"""Training-mode BatchNorm whose statistics are those of the batch over all ranks.
 
     ``input`` is this rank's slice ``(N_r, C, *)``.  Every rank of ``process_group`` (default:

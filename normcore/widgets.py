@@ -55,11 +55,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import ipywidgets
-
+from ._extras import require
 from .images import (NARROW_SCREEN_PX, NARROW_STYLE, NARROW_WIDTH_PX, check_image_format, compact_image,
                      figure_description, figure_to_png, png_description, smallest_text_px,
                      with_narrow_variant)
+
+require(__name__)   # without normcore[book]: an ImportError that names it
+
+import ipywidgets  # noqa: E402
 
 __all__ = [
     "Control",

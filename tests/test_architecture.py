@@ -83,18 +83,26 @@ def test_the_cycle_finder_finds_cycles():
     ("normcore.errors", set()),
     ("normcore.axes", {"normcore.errors"}),
     ("normcore.stats", set()),
-    ("normcore._checks", {"normcore.axes", "normcore.errors", "normcore.stats"}),
+    ("normcore.defaults", set()),
+    ("normcore._checks", {"normcore.axes", "normcore.defaults", "normcore.errors",
+                          "normcore.stats"}),
+    # the functional ops' docstrings (and their defaults, filled in)
+    ("normcore._functional_docs", {"normcore._checks", "normcore.defaults"}),
     ("normcore.core", {"normcore.axes"}),
     ("normcore.rows", {"normcore.axes", "normcore.core"}),
     ("normcore.grad", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.rows"}),
     ("normcore.grad_dyt", {"normcore._checks", "normcore.axes", "normcore.core"}),
-    ("normcore.functional", {"normcore._checks", "normcore.axes", "normcore.core",
-                             "normcore.grad", "normcore.grad_dyt", "normcore.rows",
-                             "normcore.stats"}),
-    ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.stats"}),
+    ("normcore.functional", {"normcore._checks", "normcore._functional_docs", "normcore.axes",
+                             "normcore.core", "normcore.defaults", "normcore.grad",
+                             "normcore.grad_dyt", "normcore.rows", "normcore.stats"}),
+    ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.defaults",
+                       "normcore.stats"}),
     ("normcore.launch", set()),
-    # the real data sets: the cache's location is the experiments' (one setting), nothing else
-    ("normcore.datasets", {"normcore.experiments.runner"}),
+    # the real data sets: the cache's location is the experiments' (one setting), and the
+    # check that names normcore[book] when numpy or scikit-learn is missing
+    ("normcore.datasets", {"normcore.experiments.runner", "normcore._extras"}),
+    # what the book's modules need beyond torch: above every layer
+    ("normcore._extras", set()),
 ])
 def test_each_layer_imports_only_from_the_layers_above(module, allowed):
     assert GRAPH[module] <= allowed, f"{module} imports {sorted(GRAPH[module] - allowed)}"

@@ -500,9 +500,9 @@ def test_bad_input_gets_a_clear_error():
 def test_the_docstring_examples_run(fn):
     import doctest
 
-    import normcore
-    runner = doctest.DocTestRunner()
-    for test in doctest.DocTestFinder().find(fn, globs={"nn": tnn, "normcore": normcore}):
+    # the globals of tests/test_doctests.py, which runs every public docstring's examples
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for test in doctest.DocTestFinder().find(fn, globs={"torch": torch}):
         runner.run(test)
     assert runner.tries >= 3 and runner.failures == 0
 
@@ -512,3 +512,18 @@ def test_from_torch_and_to_torch_are_public():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nn.from_torch(tnn.Sequential(tnn.Linear(2, 2)))   # nothing to say: no warning
+
+
+def test_twin_class_refuses_a_class_that_subclasses_no_torch_norm():
+    from normcore.nn import convert
+    with pytest.raises(TypeError, match=r"Linear does not subclass a torch\.nn norm"):
+        convert.twin_class(tnn.Linear)
+
+
+def test_a_proxy_of_another_fx_tracer_gets_a_clear_error():
+    # a node can be recorded by path only under a torch.fx.Tracer (symbolic_trace's)
+    graph = torch.fx.Graph()
+    tracer = torch.fx.proxy.GraphAppendingTracer(graph)     # a TracerBase, not a Tracer
+    proxy = torch.fx.Proxy(graph.placeholder("x"), tracer)
+    with pytest.raises(TypeError, match="Tracer only, got a GraphAppendingTracer"):
+        nn.BatchNorm2d(3)(proxy)

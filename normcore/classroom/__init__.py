@@ -41,7 +41,10 @@ Student code runs as the user who grades, with the limits a single machine can e
 """
 import importlib
 
+from .._extras import require
 from .marking import Exercise, MarkingError, read_exercises
+
+require(__name__)   # without normcore[book]: an ImportError that names it
 
 #: Imported when first used: the grader's check cell imports ``.record`` in every
 #: submission's kernel, and ``.student`` and ``.overview`` import nbformat (1.3 s).

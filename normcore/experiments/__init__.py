@@ -40,6 +40,9 @@ import importlib
 
 from .running import *  # noqa: F403 - the running experiment's names, as its __all__ lists
 from .running import __all__ as _running_all
+from .._extras import require
+
+require(__name__)   # without normcore[book]: an ImportError that names it
 
 _LAZY = ("running", "sync", "prenorm", "group", "ws", "transformer", "nfnet", "training",
          "speedup", "minibatch", "renorm", "wsmicro",

@@ -35,24 +35,31 @@ again in that subset.  So scripting a model that holds a normcore module raises 
 TypeError that names the supported ways (``__prepare_scriptable__``, which
 ``torch.jit.script`` calls on every submodule before it compiles anything).
 """
+from __future__ import annotations
+
+from typing import NoReturn
+
+from torch.nn import Module
+
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
-from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as torch.nn has them)
+from .batchnorm import _BatchNorm, _NormBase  # noqa: F401  (the base classes, as in torch.nn)
 from . import _fuse
 from .conv import ScaledStdConv2d, WSConv1d, WSConv2d, WSConv3d, convert_to_ws
 from .dyt import DyT, convert_ln_to_dyt
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .normalization import GroupNorm, LayerNorm, RMSNorm
 from . import convert
-from .convert import from_torch, to_torch
+from .convert import Swap, from_torch, to_torch
 
 __all__ = [
     "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "InstanceNorm1d",
     "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "WSConv2d", "SyncBatchNorm",
     "ScaledStdConv2d", "WSConv1d", "WSConv3d", "convert_to_ws", "DyT", "convert_ln_to_dyt",
-    "from_torch", "to_torch",
+    "from_torch", "to_torch", "Swap",
 ]
 
-def _refuse_script(self):
+
+def _refuse_script(self: Module) -> NoReturn:
     raise TypeError(
         f"torch.jit.script cannot compile normcore.nn.{type(self).__name__}: TorchScript "
         f"(in maintenance mode) has no torch.autograd.Function and no dataclass, which "
@@ -67,7 +74,8 @@ for _cls in (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm, WSConv2d, Ins
              InstanceNorm2d, InstanceNorm3d, GroupNorm, LayerNorm, RMSNorm, ScaledStdConv2d,
              WSConv1d, WSConv3d, DyT):
     _cls.__module__ = __name__
-    _cls.__prepare_scriptable__ = _refuse_script
+    # a hook torch.jit.script looks up by name; Module declares no such attribute for mypy
+    setattr(_cls, "__prepare_scriptable__", _refuse_script)  # noqa: B010
 del _cls
 
 # eager-mode fusion (torch.ao.quantization.fuse_modules) finds normcore's BatchNorms too

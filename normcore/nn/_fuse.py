@@ -11,6 +11,8 @@ keys with normcore types are added, so nothing torch fuses changes.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 from torch.nn import Module
 
@@ -26,8 +28,11 @@ def torch_copy(module: Module, torch_cls: type) -> Module:
     return out
 
 
-def _with_torch_norms(fuser, to_torch: dict[type, type]):
-    def fuse(is_qat, *modules):
+Fuser = Callable[..., Any]
+
+
+def _with_torch_norms(fuser: Fuser, to_torch: dict[type, type]) -> Fuser:
+    def fuse(is_qat: bool, *modules: Module) -> Any:
         return fuser(is_qat, *(torch_copy(m, to_torch[type(m)]) if type(m) in to_torch else m
                                for m in modules))
     fuse.__name__ = getattr(fuser, "__name__", "fuse")

@@ -10,14 +10,26 @@ norms, and running the ``GraphModule`` calls the normcore module.
 """
 from __future__ import annotations
 
-from torch import fx
+from typing import Any, cast
+
+from torch import Tensor, fx
 from torch.nn import Module
 
 
-def traced_as_leaf(module: Module, input) -> fx.Proxy | None:
+def traced_as_leaf(module: Module, input: Any) -> Tensor | None:
     """Under ``torch.fx`` symbolic tracing, the ``call_module`` node of ``module`` applied to
-    ``input``; otherwise (a tensor) None."""
+    ``input``; otherwise (a tensor) None.
+
+    The node is an ``fx.Proxy``, typed as the ``Tensor`` it stands for: a forward that
+    returns it is, for its caller (the tracer, or the next layer's traced forward), returning
+    the tensor that the node will compute when the graph runs, as torch's own modules do
+    under tracing."""
     if not isinstance(input, fx.Proxy):
         return None
     tracer = input.tracer
-    return tracer.create_proxy("call_module", tracer.path_of_module(module), (input,), {})
+    if not isinstance(tracer, fx.Tracer):   # a module path is a Tracer's notion
+        raise TypeError(f"normcore.nn.{type(module).__name__} can be traced by a torch.fx "
+                        f"Tracer only, got a {type(tracer).__name__}; use "
+                        f"torch.fx.symbolic_trace or torch.export.export")
+    node = tracer.create_proxy("call_module", tracer.path_of_module(module), (input,), {})
+    return cast(Tensor, node)

@@ -1,11 +1,14 @@
 """Parameters shared by the norm modules: gamma and beta registered as torch's norms do."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.nn import Module, Parameter, init
 
 
-def affine_parameters(module: Module, shape, affine: bool, bias: bool, factory) -> None:
+def affine_parameters(module: Module, shape: tuple[int, ...], affine: bool, bias: bool,
+                      factory: dict[str, Any]) -> None:
     """Register ``weight`` and ``bias`` of ``shape`` (or None), as torch's norms do."""
     if affine:
         module.weight = Parameter(torch.empty(shape, **factory))
@@ -20,7 +23,8 @@ def affine_parameters(module: Module, shape, affine: bool, bias: bool, factory) 
 
 def reset_affine(module: Module) -> None:
     """gamma = 1, beta = 0: the norm starts as a plain standardization."""
-    if module.weight is not None:
-        init.ones_(module.weight)
-    if module.bias is not None:
-        init.zeros_(module.bias)
+    weight, bias = module.weight, module.bias     # a Parameter or None each
+    if isinstance(weight, torch.Tensor):
+        init.ones_(weight)
+    if isinstance(bias, torch.Tensor):
+        init.zeros_(bias)

@@ -30,8 +30,9 @@ torch norm (torchvision's ``FrozenBatchNorm2d``, a hand-written ``RmsNorm``); fo
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 import torch
 from torch.nn import Module
@@ -41,13 +42,14 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _checks as checks
 from .. import functional as F
+from ..defaults import fill_defaults
 from . import batchnorm, instancenorm, normalization
 from ._fx import traced_as_leaf
 
 __all__ = ["from_torch", "to_torch", "Swap"]
 
 # torch class -> normcore class (normcore's subclasses torch's)
-TORCH_TO_NORMCORE: dict[type, type] = {
+TORCH_TO_NORMCORE: dict[type[Module], type[Module]] = {
     torch.nn.BatchNorm1d: batchnorm.BatchNorm1d,
     torch.nn.BatchNorm2d: batchnorm.BatchNorm2d,
     torch.nn.BatchNorm3d: batchnorm.BatchNorm3d,
@@ -59,18 +61,34 @@ TORCH_TO_NORMCORE: dict[type, type] = {
     torch.nn.RMSNorm: normalization.RMSNorm,
     torch.nn.GroupNorm: normalization.GroupNorm,
 }
-NORMCORE_TO_TORCH: dict[type, type] = {n: t for t, n in TORCH_TO_NORMCORE.items()}
+NORMCORE_TO_TORCH: dict[type[Module], type[Module]] = {n: t for t, n in TORCH_TO_NORMCORE.items()}
 
 # torch.nn.functional's norms -> normcore.functional's (same signatures)
-FUNCTIONS = {
+FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
     TF.batch_norm: F.batch_norm, TF.instance_norm: F.instance_norm,
     TF.layer_norm: F.layer_norm, TF.group_norm: F.group_norm, TF.rms_norm: F.rms_norm,
 }
 
 
 class Swap(NamedTuple):
-    """What a swap did: ``swapped`` holds ``(path, old class, new class)`` per layer,
-    ``skipped`` holds ``(path, class)`` per layer left as it was (no twin)."""
+    """What :func:`from_torch` or :func:`to_torch` did, returned with ``report=True``.
+
+    Attributes:
+        swapped (list of tuple): ``(path, old class, new class)`` per layer whose class
+            changed, ``path`` as in ``model.named_modules()`` (``""`` for the model itself).
+        skipped (list of tuple): ``(path, class)`` per layer left as it was, having no
+            twin (they are also named in a warning).
+
+    Examples:
+        >>> import normcore.nn as nnc
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+        >>> model, swap = nnc.from_torch(model, report=True)
+        >>> swap.swapped
+        [('1', <class 'torch.nn.modules.normalization.LayerNorm'>,
+          <class 'normcore.nn.LayerNorm'>)]
+        >>> swap.skipped
+        []
+    """
 
     swapped: list[tuple[str, type, type]]
     skipped: list[tuple[str, type]]
@@ -80,11 +98,13 @@ class NormcoreFunctions(TorchFunctionMode):
     """Inside this mode, ``torch.nn.functional``'s norm functions run normcore's; every other
     torch function runs as usual.  ``routed`` counts the calls handed over."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.routed = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Any,
+                           args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         target = FUNCTIONS.get(func)
         if target is not None:
             self.routed += 1
@@ -92,7 +112,7 @@ class NormcoreFunctions(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _torch_base(cls: type) -> type | None:
+def _torch_base(cls: type) -> type[Module] | None:
     """The torch norm class ``cls`` is, or derives from (first in its MRO), or None."""
     return next((k for k in cls.__mro__ if k in TORCH_TO_NORMCORE), None)
 
@@ -101,7 +121,7 @@ def _is_normcore(cls: type) -> bool:
     return any(k in NORMCORE_TO_TORCH for k in cls.__mro__)
 
 
-_TWINS: dict[type, type] = {}
+_TWINS: dict[type[Module], type[Module]] = {}
 _WARNED: set[type] = set()
 _MODE: ContextVar[NormcoreFunctions | None] = ContextVar("normcore_twin_mode", default=None)
 
@@ -109,7 +129,9 @@ _MODE: ContextVar[NormcoreFunctions | None] = ContextVar("normcore_twin_mode", d
 class _Route(TorchFunctionMode):
     """:class:`NormcoreFunctions` without the count (under ``torch.compile``)."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Any,
+                           args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         return FUNCTIONS.get(func, func)(*args, **(kwargs or {}))
 
 
@@ -120,7 +142,9 @@ class _ReachesNormcore(Module):
     """Between the user's class and normcore's in a twin's MRO: a ``super().forward()`` from
     the user's forward lands here, on its way to normcore's forward, and is counted."""
 
-    def forward(self, *args, **kwargs):
+    _normcore_twin_of: type[Module]    # set on each twin class: the user's class
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return super().forward(*args, **kwargs)
         mode = _MODE.get()
@@ -129,7 +153,7 @@ class _ReachesNormcore(Module):
         return super().forward(*args, **kwargs)
 
 
-def _twin_forward(self, *args, **kwargs):
+def _twin_forward(self: _ReachesNormcore, *args: Any, **kwargs: Any) -> Any:
     if args and (leaf := traced_as_leaf(self, args[0])) is not None:
         return leaf
     user = type(self)._normcore_twin_of
@@ -152,22 +176,25 @@ def _twin_forward(self, *args, **kwargs):
     return out
 
 
-def _twin_reduce(self, protocol):
+def _twin_reduce(self: _ReachesNormcore, protocol: int) -> tuple[Any, ...]:
     # the twin class is made at run time: pickle and deepcopy rebuild it from the user's class
     return (_new_twin, (type(self)._normcore_twin_of,), self.__getstate__())
 
 
-def _new_twin(user: type) -> Module:
+def _new_twin(user: type[Module]) -> Module:
     cls = twin_class(user)
     return cls.__new__(cls)
 
 
-def twin_class(user: type) -> type:
+def twin_class(user: type[Module]) -> type[Module]:
     """The class that inherits from ``user`` (a subclass of a torch norm) and from normcore's
     class for that norm, running ``user``'s forward on normcore's functions (made once)."""
     twin = _TWINS.get(user)
     if twin is None:
         torch_cls = _torch_base(user)
+        if torch_cls is None:
+            raise TypeError(f"twin_class: {user.__qualname__} does not subclass a torch.nn "
+                            f"norm layer, so normcore has no class to pair it with")
         namespace = {"_normcore_twin_of": user, "__reduce_ex__": _twin_reduce,
                      "__module__": user.__module__, "__qualname__": user.__qualname__}
         if user.forward is not torch_cls.forward:   # the user's forward, normcore's norms
@@ -214,20 +241,28 @@ def _check_normcore_accepts(path: str, m: Module) -> None:
                          f"layer's setting or leave this layer out of the swap") from err
 
 
-def _check_module(model, caller: str) -> None:
+def _check_module(model: object, caller: str) -> None:
     if not isinstance(model, Module):
         raise TypeError(f"{caller} expects a torch.nn.Module, got {type(model).__name__}; "
                         f"pass the model (e.g. nn.Sequential(*layers) for a list of layers)")
 
 
-def _warn_skipped(caller: str, skipped, why: str) -> None:
+def _warn_skipped(caller: str, skipped: list[tuple[str, type]], why: str) -> None:
     if skipped:
         listed = ", ".join(f"{p or '<model>'} ({c.__name__})" for p, c in skipped)
         warnings.warn(f"{caller} left {len(skipped)} layer(s) as they were: {listed}; {why}",
                       stacklevel=3)
 
 
-def from_torch(model: Module, *, report: bool = False):
+M = TypeVar("M", bound=Module)
+
+
+@overload
+def from_torch(model: M, *, report: Literal[False] = False) -> M: ...
+@overload
+def from_torch(model: M, *, report: Literal[True]) -> tuple[M, Swap]: ...
+@fill_defaults
+def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     r"""Swap every torch norm layer of ``model`` for normcore's, in place.
 
     Torch's ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, ``InstanceNorm1d/2d/3d``,
@@ -242,7 +277,7 @@ def from_torch(model: Module, *, report: bool = False):
     Args:
         model (nn.Module): the model (or a single norm layer) to change.
         report (bool): also return a :class:`Swap` listing the swapped and skipped layers.
-            Default: ``False``
+            Default: {default}
 
     Returns:
         ``model`` (the same object), or ``(model, Swap)`` with ``report=True``.
@@ -252,15 +287,21 @@ def from_torch(model: Module, *, report: bool = False):
         ValueError: a layer's settings are outside what normcore accepts (``eps <= 0``,
             ``momentum`` outside [0, 1]); nothing is swapped then.
 
-    Example::
-
-        >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.LayerNorm(6))
-        >>> model = normcore.nn.from_torch(model)
-        >>> type(model[1]).__module__, isinstance(model[1], nn.BatchNorm2d)
+    Examples:
+        >>> import normcore.nn as nnc
+        >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+        ...                             torch.nn.ReLU(), torch.nn.LayerNorm(6))
+        >>> x = torch.randn(2, 3, 8, 8)
+        >>> before = model(x)
+        >>> model = nnc.from_torch(model)               # the same object, in place
+        >>> type(model[1]).__module__, isinstance(model[1], torch.nn.BatchNorm2d)
         ('normcore.nn', True)
+        >>> torch.allclose(model(x), before, atol=1e-5)
+        True
     """
     _check_module(model, "from_torch")
-    plan, skipped = [], []
+    plan: list[tuple[str, Module, type]] = []
+    skipped: list[tuple[str, type]] = []
     for path, m in model.named_modules():
         cls = _base_class(m)
         if _is_normcore(cls):
@@ -279,7 +320,12 @@ def from_torch(model: Module, *, report: bool = False):
     return (model, Swap(swapped, skipped)) if report else model
 
 
-def to_torch(model: Module, *, report: bool = False):
+@overload
+def to_torch(model: M, *, report: Literal[False] = False) -> M: ...
+@overload
+def to_torch(model: M, *, report: Literal[True]) -> tuple[M, Swap]: ...
+@fill_defaults
+def to_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     r"""Swap every normcore norm layer of ``model`` back to torch's, in place.
 
     The reverse of :func:`from_torch`: ``normcore.nn.BatchNorm2d`` becomes
@@ -292,7 +338,7 @@ def to_torch(model: Module, *, report: bool = False):
     Args:
         model (nn.Module): the model (or a single norm layer) to change.
         report (bool): also return a :class:`Swap` listing the swapped and skipped layers.
-            Default: ``False``
+            Default: {default}
 
     Returns:
         ``model`` (the same object), or ``(model, Swap)`` with ``report=True``.
@@ -300,20 +346,21 @@ def to_torch(model: Module, *, report: bool = False):
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
 
-    Example::
-
-        >>> model = nn.Sequential(nn.Conv2d(3, 8, 3), normcore.nn.BatchNorm2d(8))
-        >>> model, swap = normcore.nn.to_torch(model, report=True)
+    Examples:
+        >>> import normcore.nn as nnc
+        >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), nnc.BatchNorm2d(8))
+        >>> model, swap = nnc.to_torch(model, report=True)
         >>> type(model[1]), len(swap.swapped)
         (<class 'torch.nn.modules.batchnorm.BatchNorm2d'>, 1)
     """
     _check_module(model, "to_torch")
-    plan, skipped = [], []
+    plan: list[tuple[str, Module, type]] = []
+    skipped: list[tuple[str, type]] = []
     for path, m in model.named_modules():
         cls = _base_class(m)
         if cls in NORMCORE_TO_TORCH:
             plan.append((path, m, _with_base(m, NORMCORE_TO_TORCH[cls])))
-        elif "_normcore_twin_of" in cls.__dict__:
+        elif issubclass(cls, _ReachesNormcore) and "_normcore_twin_of" in cls.__dict__:
             plan.append((path, m, _with_base(m, cls._normcore_twin_of)))
         elif cls.__module__ == "normcore.nn" or _is_normcore(cls):
             skipped.append((path, cls))
@@ -322,7 +369,7 @@ def to_torch(model: Module, *, report: bool = False):
     return (model, Swap(swapped, skipped)) if report else model
 
 
-def _apply(plan) -> list[tuple[str, type, type]]:
+def _apply(plan: list[tuple[str, Module, type]]) -> list[tuple[str, type, type]]:
     done = []
     for path, m, new in plan:
         done.append((path, type(m), new))

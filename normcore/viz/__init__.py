@@ -19,6 +19,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from .._extras import require
+
+require(__name__)   # without normcore[book]: an ImportError that names it
+
 #: the cube's names, re-exported for ``from normcore.viz import cube_svg``
 _CUBE_NAMES = ("SetStatistics", "cube_panels_svg", "cube_svg", "set_statistics")
 
