@@ -62,7 +62,7 @@ from .images import (NARROW_SCREEN_PX, NARROW_STYLE, NARROW_WIDTH_PX, check_imag
 
 require(__name__)   # without normcore[book]: an ImportError that names it
 
-import ipywidgets  # noqa: E402
+import ipywidgets  # noqa: E402 - imported once require() has checked the extra
 
 __all__ = [
     "Control",
