@@ -195,7 +195,7 @@ def print_op_table(rows) -> float:
     worst = 0.0
     for name, shape, kind in rows:
         e = op_errors(name, shape, kind)
-        line = f"{name:18s} {kind:10s} {str(tuple(shape)):17s}"
+        line = f"{name:18s} {kind:10s} {tuple(shape)!s:17s}"
         for a, t in zip(e["normcore"], e["torch"]):
             line += f" | {_fmt(a)} {_fmt(t)} {_ratio(a, t)}"
             if a is not None and t is not None and t > 0:
@@ -256,10 +256,10 @@ def small_resnet(kind: str, lib: str, width: int = 16, blocks: int = 2) -> torch
     if kind == "ws":
         conv = (lambda *a, **k: nn.WSConv2d(*a, convention="timm", **k)) if lib == "normcore" \
             else StdConv2dTorch
-        norm = lambda c: torch.nn.Identity()  # noqa: E731
+        norm = lambda c: torch.nn.Identity()
     elif kind == "nf":
         conv = nn.ScaledStdConv2d if lib == "normcore" else ScaledStdConv2dTorch
-        norm = lambda c: torch.nn.Identity()  # noqa: E731
+        norm = lambda c: torch.nn.Identity()
     else:
         conv, norm = torch.nn.Conv2d, _norm_factory(kind.rstrip("0"), lib)
     layers = [conv(3, width, 3, padding=1, bias=False), norm(width), torch.nn.ReLU()]
@@ -323,7 +323,7 @@ def print_drift(steps_list, kinds=("bn", "bn0", "gn", "ln", "ws", "nf"), seeds=(
             th = [r[0] for r in res["torch"]]
             cn = [r[1] for r in res["normcore"]]
             ct = [r[1] for r in res["torch"]]
-            f = lambda v: " ".join(f"{a:9.2e}" for a in v)  # noqa: E731
+            f = lambda v: " ".join(f"{a:9.2e}" for a in v)
             ratio = math.exp(sum(math.log(a / t) for a, t in zip(nc, th)) / len(nc))
             print(f"{kind:6s} {k:3d} | {f(nc)} | {f(th)} | {f(cn)} | {f(ct)} | {ratio:6.2f}",
                   flush=True)

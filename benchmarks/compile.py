@@ -140,7 +140,7 @@ def main() -> None:
     for variant in args.variants:
         ma, mb, r, rmin, cs = measure(variant, args.reps)
         flag = "" if r <= TARGET else "  > target"
-        print(f"{variant:8s} {str(VARIANTS[variant][3]):18s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} "
+        print(f"{variant:8s} {VARIANTS[variant][3]!s:18s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} "
               f"{r:6.2f} {rmin:6.2f} {cs:10.1f}{flag}", flush=True)
 
 

@@ -6,20 +6,21 @@ where the widget manager (embed.js) is loaded, and load times in headless Chromi
                                                         #   rm -rf _build && jupyter-book build ...
     .venv/bin/python benchmarks/site.py --runs 5        # load each page 5 times (median)
 
-A page's own weight is its HTML, its widget state (a file of its own), the widgets' frames
-(in _frames/, each fetched when shown) and the images it references outside _static/. _static/ is shared by all pages and cached by the browser after
-the first; "loaded" is what the browser actually fetched for the page (decoded bytes,
-everything included, cold cache). Load time is navigation start to the end of the load event,
-cold cache, from a server on 127.0.0.1; "ready" (time to interactive) is navigation start to
-the moment the page's math is typeset and every widget of the first screen is rendered (and
-so responds). The widget manager is loaded when a widget comes near the viewport
-(assets/static/normcore-widgets.js), so a page is measured twice: "first" is what the first
-screen loads (once the network is quiet), "scrolled" what a reader who scrolls through the
-whole page has loaded; "widget in view" times, on a fresh page whose load has settled, the
-first widget scrolled into view until it is rendered and until moving its first control has
-changed its frame. Prints; asserts nothing (the budget is asserted by tests/test_site.py).
-The closing note sets "loaded" and "ready" beside the same figures measured before the
-page-weight work (benchmarks/site_before.json, written by `--save`) and the goals.
+A page's own weight is its HTML, its widget state (a file of its own), the widgets' frames (in
+_frames/, each fetched when shown) and the images it references outside _static/. _static/ is
+shared by all pages and cached by the browser after the first; "loaded" is what the browser
+actually fetched for the page (decoded bytes, everything included, cold cache). Load time is
+navigation start to the end of the load event, cold cache, from a server on 127.0.0.1; "ready"
+(time to interactive) is navigation start to the moment the page's math is typeset and every
+widget of the first screen is rendered (and so responds). The widget manager is loaded when a
+widget comes near the viewport (assets/static/normcore-widgets.js), so a page is measured
+twice: "first" is what the first screen loads (once the network is quiet), "scrolled" what a
+reader who scrolls through the whole page has loaded; "widget in view" times, on a fresh page
+whose load has settled, the first widget scrolled into view until it is rendered and until
+moving its first control has changed its frame. Prints; asserts nothing (the budget is
+asserted by tests/test_site.py). The closing note sets "loaded" and "ready" beside the same
+figures measured before the page-weight work (benchmarks/site_before.json, written by
+`--save`) and the goals.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import sitecheck  # noqa: E402
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
 
 MB = 1024 * 1024
 #: the site as it was measured before the page-weight work (issue 8): `--save` wrote it
@@ -86,7 +87,7 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
                     if r:
                         w_render.append(r["render_ms"])
                         w_respond.append(r["respond_ms"])
-                med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+                med = lambda xs: statistics.median(xs) if xs else float("nan")
                 out[rel] = {"load_ms": statistics.median(times), "ready_ms": statistics.median(ready),
                             "loaded": loaded, "requests": nreq,
                             "first": med(first), "scrolled": med(scrolled),
@@ -99,7 +100,8 @@ def measure_loads(html: Path, pages: list[str], runs: int) -> dict[str, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--html", type=Path, default=ROOT / "_build" / "html")
-    ap.add_argument("--clean-build", action="store_true", help="time `rm -rf _build && jupyter-book build --all -W -n --keep-going .` first")
+    ap.add_argument("--clean-build", action="store_true",
+                    help="time `rm -rf _build && jupyter-book build --all -W -n --keep-going .` first")
     ap.add_argument("--runs", type=int, default=3, help="page loads per page (median reported)")
     ap.add_argument("--toc", type=Path, default=None, help="the _toc.yml of --html's book (default: the book's own)")
     ap.add_argument("--save", type=Path, default=None, help="write the measurements as JSON (e.g. a baseline)")
@@ -127,9 +129,10 @@ def main() -> None:
         ld = loads.get(w.rel, {})
         print(
             f"{w.rel:40s} {w.own / MB:7.3f} {w.own / sitecheck.PAGE_BUDGET:6.1%} {w.html:9d} "
-            f"{w.widget_state:9d} {w.frames:9d} {w.images:9d} {w.math:8d} {'yes' if w.embed_js else 'no':>8s} "
-            f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} {ld.get('load_ms', float('nan')):8.0f}"
-            f" {ld.get('ready_ms', float('nan')):8.0f}"
+            f"{w.widget_state:9d} {w.frames:9d} {w.images:9d} {w.math:8d} "
+            f"{'yes' if w.embed_js else 'no':>8s} "
+            f"{ld.get('loaded', float('nan')) / MB:9.2f} {ld.get('requests', 0):5d} "
+            f"{ld.get('load_ms', float('nan')):8.0f} {ld.get('ready_ms', float('nan')):8.0f}"
         )
     if loads:
         # a page as a reader meets it: the first screen, then scrolled to the end
@@ -137,14 +140,17 @@ def main() -> None:
               f"{'widget in view -> rendered ms':>29s} {'-> responds ms':>14s}")
         for w in weights:
             ld = loads.get(w.rel, {})
-            print(f"{w.rel:40s} {ld.get('first', float('nan')) / MB:8.2f} {ld.get('scrolled', float('nan')) / MB:11.2f} "
-                  f"{ld.get('ready_ms', float('nan')):8.0f} {ld.get('widget_render_ms', float('nan')):29.0f} "
+            print(f"{w.rel:40s} {ld.get('first', float('nan')) / MB:8.2f} "
+                  f"{ld.get('scrolled', float('nan')) / MB:11.2f} "
+                  f"{ld.get('ready_ms', float('nan')):8.0f} "
+                  f"{ld.get('widget_render_ms', float('nan')):29.0f} "
                   f"{ld.get('widget_respond_ms', float('nan')):14.0f}")
     print()
     print("(math: bytes of the page's HTML that are typeset math, CHTML markup and its stylesheet)")
+    fonts = ("the fonts only: the math is typeset at build time"
+             if not (mathjax / "tex-chtml.js").is_file() else "loaded lazily in part")
     print(f"shared _static/: {sitecheck.dir_size(static) / MB:.2f} MB on disk "
-          f"(mathjax/ {sitecheck.dir_size(mathjax) / MB:.2f} MB, "
-          f"{'the fonts only: the math is typeset at build time' if not (mathjax / 'tex-chtml.js').is_file() else 'loaded lazily in part'}; "
+          f"(mathjax/ {sitecheck.dir_size(mathjax) / MB:.2f} MB, {fonts}; "
           f"html-manager/ {sitecheck.dir_size(static / 'html-manager') / MB:.2f} MB)")
     if embed.is_file():
         on = [w.rel for w in weights if w.embed_js]
@@ -171,7 +177,8 @@ def closing_note(now: dict, before_file: Path, widget_pages: set[str]) -> None:
     before = json.loads(before_file.read_text(encoding="utf-8")) if before_file.is_file() else {}
     print()
     print(f"closing note: loaded MB and ready ms, before ({before_file.name}) and now; "
-          f"goals: the intro (and every page without widgets) under {GOALS['intro'] / MB:.1f} MB, a chapter under {GOALS['chapter'] / MB:.0f} MB, "
+          f"goals: the intro (and every page without widgets) under {GOALS['intro'] / MB:.1f} MB, "
+          f"a chapter under {GOALS['chapter'] / MB:.0f} MB, "
           "widgets interactive under 2000 ms")
     print(f"{'page':40s} {'before MB':>9s} {'first MB':>8s} {'scrolled MB':>11s} {'goal MB':>7s} "
           f"{'before ms':>9s} {'ready ms':>8s} {'widget responds ms':>18s}")

@@ -323,7 +323,7 @@ def main() -> None:
     for name, kind, shape, ma, mb, r, rmin in rows:
         flag = "" if r <= TARGET else "  > target"
         worst = max(worst, r)
-        print(f"{name:30s} {kind:8s} {str(shape):20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
+        print(f"{name:30s} {kind:8s} {shape!s:20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
               f"{rmin:6.2f}{flag}")
     print(f"worst ratio: {worst:.2f} ({'within' if worst <= TARGET else 'above'} the {TARGET} target)")
 

@@ -23,7 +23,7 @@ are imported by name, and the ones that need more than torch (matplotlib, ipywid
 nbformat, ...) say so with an ``ImportError`` that names the extra ``normcore[book]`` and how
 to install it (:mod:`normcore._extras`).
 """
-from . import axes, functional, stats, nn, fold  # noqa: E402
+from . import axes, functional, stats, nn, fold
 
 __version__ = "0.1.0"
 __all__ = ["axes", "functional", "stats", "nn", "fold"]

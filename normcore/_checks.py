@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from . import axes
-from .axes import Layout, check_num_groups  # noqa: F401  (re-exported: one check for everyone)
+from .axes import Layout, check_num_groups
 from .defaults import EPS, MOMENTUM
-from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError,  # noqa: F401
-                     NotFloatError, NumGroupsError, ShapeError)
-from .stats import check_momentum  # noqa: F401  (re-exported: one check for everyone)
+from .errors import (ArgumentError, DimsError, DtypeError, EmptyBatchError, NotFloatError,
+                     ShapeError)
+from .stats import check_momentum
 
 #: ``backward=``: which backward the ops of :mod:`normcore.functional` run.
 BACKWARDS = {
@@ -51,7 +53,7 @@ WS_CONVENTIONS = {
 # ---------------------------------------------------------------------------------------
 # single values
 # ---------------------------------------------------------------------------------------
-def check_float(x, name: str, caller: str) -> None:
+def check_float(x: object, name: str, caller: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{caller}: {name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
@@ -60,21 +62,22 @@ def check_float(x, name: str, caller: str) -> None:
             f"tensor; convert it first, e.g. {name}.float()")
 
 
-def check_eps(eps, caller: str, allow_zero: bool = False) -> None:
+def check_eps(eps: object, caller: str, allow_zero: bool = False) -> None:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"{caller}: eps must be a positive number, got {eps!r}")
     if allow_zero and eps == 0:
         return
-    if not eps > 0:
+    if eps <= 0 or eps != eps:
         # torch's BatchNorm says "eps must be positive" (in training; its other norms take
-        # any eps): normcore refuses eps <= 0 for every norm, in every mode
+        # any eps): normcore refuses eps <= 0 (and NaN: eps != eps) for every norm, in every
+        # mode
         raise ValueError(
             f"{caller}: eps must be positive, got eps={eps} (eps=0 or below makes "
             f"1/sqrt(var + eps) infinite when a set has zero variance); pass eps > 0, e.g. "
             f"PyTorch's default {str(EPS).replace('e-0', 'e-')}")   # 1e-5, as torch writes it
 
 
-def check_positive_int(value, name: str, caller: str) -> int:
+def check_positive_int(value: object, name: str, caller: str) -> int:
     """A size: an int (else TypeError, as torch's), > 0 (else an ArgumentError: torch
     raises RuntimeError for a negative size, and accepts 0, which normcore refuses)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -84,14 +87,14 @@ def check_positive_int(value, name: str, caller: str) -> int:
     return int(value)
 
 
-def check_backward(backward, caller: str) -> None:
+def check_backward(backward: object, caller: str) -> None:
     if backward not in BACKWARDS:
         raise ValueError(
             f"{caller}: backward={backward!r}; choose 'derived' (the hand-derived backward, "
             f"the default) or 'autograd' (autograd through the formula)")
 
 
-def check_layout(lay, x, caller: str) -> None:
+def check_layout(lay: object, x: torch.Tensor, caller: str) -> None:
     if not isinstance(lay, Layout):
         raise TypeError(f"{caller}: lay must be a normcore.axes.Layout, got {type(lay).__name__}")
     if tuple(x.shape) != tuple(lay.shape):
@@ -100,7 +103,7 @@ def check_layout(lay, x, caller: str) -> None:
             f"build it with normcore.axes.layout(norm, x.shape, ...)")
 
 
-def check_dtype(p, name: str, input, caller: str) -> None:
+def check_dtype(p: torch.Tensor, name: str, input: torch.Tensor, caller: str) -> None:
     """Parameters in the input's dtype, or float32 for a float16 / bfloat16 input: torch's
     rule (it raises "mixed dtype" otherwise).  A float64 module given a float32 input lands
     here."""
@@ -114,7 +117,8 @@ def check_dtype(p, name: str, input, caller: str) -> None:
         f"module.to({input.dtype})")
 
 
-def check_running_stats_given(running_mean, running_var, caller: str) -> None:
+def check_running_stats_given(running_mean: torch.Tensor | None,
+                              running_var: torch.Tensor | None, caller: str) -> None:
     """Normalizing with the running statistics needs both (torch: RuntimeError)."""
     if running_mean is None or running_var is None:
         raise ArgumentError(
@@ -122,13 +126,15 @@ def check_running_stats_given(running_mean, running_var, caller: str) -> None:
             f"use_input_stats=False) needs both running_mean and running_var")
 
 
-def check_both_or_neither(running_mean, running_var, caller: str) -> None:
+def check_both_or_neither(running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                          caller: str) -> None:
     """Running buffers come in pairs (torch: ValueError)."""
     if (running_mean is None) != (running_var is None):
         raise ValueError(f"{caller}: give both running_mean and running_var, or neither")
 
 
-def check_empty_batch(input, lay: Layout, running_mean, caller: str) -> None:
+def check_empty_batch(input: torch.Tensor, lay: Layout, running_mean: torch.Tensor | None,
+                      caller: str) -> None:
     """An empty batch is fine (an empty output) unless running buffers would take a mean
     over its instances (InstanceNorm in training): no value to write."""
     if lay.norm == "instance" and running_mean is not None:
@@ -140,7 +146,7 @@ def check_empty_batch(input, lay: Layout, running_mean, caller: str) -> None:
             f"eval mode")
 
 
-def momentum_value(momentum, caller: str) -> float:
+def momentum_value(momentum: float | None, caller: str) -> float:
     """A function (unlike a module) keeps no step count, so it cannot do ``momentum=None``."""
     if momentum is None:
         raise TypeError(
@@ -150,7 +156,8 @@ def momentum_value(momentum, caller: str) -> float:
     return float(momentum)
 
 
-def check_param(p, name: str, shape: tuple[int, ...], caller: str, input=None) -> None:
+def check_param(p: torch.Tensor | None, name: str, shape: tuple[int, ...], caller: str,
+                input: torch.Tensor | None = None) -> None:
     """A parameter or buffer: floating, of ``shape``, and (``input`` given) of a dtype that
     goes with the input's (:func:`check_dtype`)."""
     if p is None:
@@ -182,7 +189,7 @@ def verify_spatial_size(size: torch.Size, caller: str) -> None:
             f"({caller}: each instance statistic would be over one value)")
 
 
-def check_nc(input, caller: str, min_dim: int = 2) -> int:
+def check_nc(input: torch.Tensor, caller: str, min_dim: int = 2) -> int:
     """The channel count of an ``(N, C, *)`` input (``min_dim=3``: at least one spatial dim)."""
     if input.dim() < min_dim:
         if min_dim == 2:
@@ -194,9 +201,10 @@ def check_nc(input, caller: str, min_dim: int = 2) -> int:
     return input.shape[1]
 
 
-def normalized_shape_tuple(normalized_shape, caller: str) -> tuple[int, ...]:
+def normalized_shape_tuple(normalized_shape: int | Sequence[int], caller: str) -> tuple[int, ...]:
     """``normalized_shape`` (an int, a list or a ``torch.Size``) as a non-empty tuple."""
-    if isinstance(normalized_shape, numbers.Integral):
+    # (int for the type checker, which does not know that int is a numbers.Integral)
+    if isinstance(normalized_shape, (int, numbers.Integral)):
         normalized_shape = (int(normalized_shape),)
     if (isinstance(normalized_shape, (str, bytes)) or not hasattr(normalized_shape, "__iter__")
             or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
@@ -213,8 +221,10 @@ def normalized_shape_tuple(normalized_shape, caller: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------
 # each op's arguments -> its Layout
 # ---------------------------------------------------------------------------------------
-def _per_channel_layout(norm, input, weight, bias, eps, caller, running_mean, running_var,
-                        momentum, min_dim, backward) -> Layout:
+def _per_channel_layout(norm: str, input: torch.Tensor, weight: torch.Tensor | None,
+                        bias: torch.Tensor | None, eps: float, caller: str,
+                        running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                        momentum: float | None, min_dim: int, backward: str) -> Layout:
     check_float(input, "input", caller)
     check_eps(eps, caller)
     check_momentum(momentum)
@@ -230,24 +240,30 @@ def _per_channel_layout(norm, input, weight, bias, eps, caller, running_mean, ru
     return axes.layout(norm, input.shape)
 
 
-def batch_norm_layout(input, weight=None, bias=None, eps=EPS, caller="batch_norm",
-                      running_mean=None, running_var=None, momentum=MOMENTUM,
-                      backward="derived") -> Layout:
+def batch_norm_layout(input: torch.Tensor, weight: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None, eps: float = EPS,
+                      caller: str = "batch_norm", running_mean: torch.Tensor | None = None,
+                      running_var: torch.Tensor | None = None, momentum: float | None = MOMENTUM,
+                      backward: str = "derived") -> Layout:
     """Check batch_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     return _per_channel_layout("batch", input, weight, bias, eps, caller, running_mean,
                                running_var, momentum, 2, backward)
 
 
-def instance_norm_layout(input, weight=None, bias=None, eps=EPS, caller="instance_norm",
-                         running_mean=None, running_var=None, momentum=MOMENTUM,
-                         backward="derived") -> Layout:
+def instance_norm_layout(input: torch.Tensor, weight: torch.Tensor | None = None,
+                         bias: torch.Tensor | None = None, eps: float = EPS,
+                         caller: str = "instance_norm", running_mean: torch.Tensor | None = None,
+                         running_var: torch.Tensor | None = None, momentum: float | None = MOMENTUM,
+                         backward: str = "derived") -> Layout:
     """Check instance_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     return _per_channel_layout("instance", input, weight, bias, eps, caller, running_mean,
                                running_var, momentum, 3, backward)
 
 
-def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=EPS,
-                      caller="layer_norm", norm="layer", backward="derived") -> Layout:
+def layer_norm_layout(input: torch.Tensor, normalized_shape: int | Sequence[int],
+                      weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                      eps: float | None = EPS, caller: str = "layer_norm", norm: str = "layer",
+                      backward: str = "derived") -> Layout:
     """Check layer_norm's (or rms_norm's, ``norm="rms"``) arguments; return the Layout.
 
     torch's rms_norm takes a weight of another dtype than the input (it falls back to the
@@ -256,7 +272,7 @@ def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=EPS,
     if eps is not None or norm != "rms":
         check_eps(eps, caller)
     check_backward(backward, caller)
-    if isinstance(normalized_shape, numbers.Integral):
+    if isinstance(normalized_shape, (int, numbers.Integral)):
         normalized_shape = (int(normalized_shape),)
     normalized_shape = tuple(int(s) for s in normalized_shape)
     k = len(normalized_shape)
@@ -271,8 +287,9 @@ def layer_norm_layout(input, normalized_shape, weight=None, bias=None, eps=EPS,
     return axes.layout(norm, input.shape, normalized_ndim=k)
 
 
-def group_norm_layout(input, num_groups, weight=None, bias=None, eps=EPS,
-                      caller="group_norm", backward="derived") -> Layout:
+def group_norm_layout(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None, eps: float = EPS,
+                      caller: str = "group_norm", backward: str = "derived") -> Layout:
     """Check group_norm's arguments; return its :class:`~normcore.axes.Layout`."""
     check_float(input, "input", caller)
     check_eps(eps, caller)
@@ -284,7 +301,8 @@ def group_norm_layout(input, num_groups, weight=None, bias=None, eps=EPS,
     return axes.layout("group", input.shape, int(num_groups))
 
 
-def adaptive_instance_norm_layout(input, style, alpha, eps, caller="adaptive_instance_norm"):
+def adaptive_instance_norm_layout(input: torch.Tensor, style: torch.Tensor, alpha: float,
+                                  eps: float, caller: str = "adaptive_instance_norm") -> Layout:
     """Check adaptive_instance_norm's arguments; return the content's InstanceNorm Layout."""
     lay = instance_norm_layout(input, eps=eps, caller=caller)
     check_float(style, "style", caller)
@@ -305,14 +323,16 @@ def adaptive_instance_norm_layout(input, style, alpha, eps, caller="adaptive_ins
     return lay
 
 
-def check_convention(convention, caller: str) -> dict:
+def check_convention(convention: str, caller: str) -> dict[str, Any]:
     if convention not in WS_CONVENTIONS:
         raise ValueError(
             f"{caller}: unknown convention {convention!r}; choose one of {sorted(WS_CONVENTIONS)}")
     return WS_CONVENTIONS[convention]
 
 
-def weight_standardize_setup(weight, eps=None, convention="original", caller="weight_standardize"):
+def weight_standardize_setup(weight: torch.Tensor, eps: float | None = None,
+                             convention: str = "original", caller: str = "weight_standardize",
+                             ) -> tuple[Layout, float, dict[str, Any]]:
     """Check weight_standardize's arguments; return (layout, eps, convention settings).
 
     The set of one output channel's weights is LayerNorm's set over ``(C_in, *kernel)``."""
@@ -333,7 +353,7 @@ def weight_standardize_setup(weight, eps=None, convention="original", caller="we
 # ---------------------------------------------------------------------------------------
 # Dynamic Tanh: no statistics, only where gamma lives
 # ---------------------------------------------------------------------------------------
-def check_alpha(alpha, caller: str) -> None:
+def check_alpha(alpha: torch.Tensor, caller: str) -> None:
     """DyT's alpha: one learned scalar, a floating tensor of shape ``(1,)`` (the paper's
     code) or ``()``."""
     if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool):
@@ -348,14 +368,16 @@ def check_alpha(alpha, caller: str) -> None:
             f"scale is gamma (weight)")
 
 
-def check_alpha_init(value, caller: str) -> float:
+def check_alpha_init(value: object, caller: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{caller}: alpha_init_value must be a finite number, got {value!r}")
     return float(value)
 
 
-def dyt_layout(input, alpha, weight=None, bias=None, channels_last=True, normalized_shape=None,
-               caller="dyt") -> Layout | None:
+def dyt_layout(input: torch.Tensor, alpha: torch.Tensor, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, channels_last: bool = True,
+               normalized_shape: int | Sequence[int] | None = None,
+               caller: str = "dyt") -> Layout | None:
     """Check dyt's arguments; return the :class:`~normcore.axes.Layout` that says where
     gamma and beta live, or None when there are none (and no ``normalized_shape``).
 

@@ -43,12 +43,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TypeAlias
 
 import torch
 
 from .errors import NumGroupsError
+
+#: What the functions below take as a shape: a tuple, a list or a ``torch.Size`` of ints, one
+#: int (a 1-d shape), or a tensor (its shape).
+ShapeLike: TypeAlias = "Sequence[int] | int | torch.Tensor"
 
 
 @dataclass(frozen=True)
@@ -139,8 +144,8 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm",
-                     input_shape=None) -> int:
+def check_num_groups(num_groups: object, num_channels: int, where: str = "GroupNorm",
+                     input_shape: Sequence[int] | None = None) -> int:
     """``num_groups`` as an int, or the error that says which values are legal.
 
     The one place that knows the rule "G must be a positive divisor of C".  The message
@@ -165,10 +170,10 @@ def check_num_groups(num_groups, num_channels: int, where: str = "GroupNorm",
         f"{num_channels}: {divisors(num_channels)}")
 
 
-def _as_shape(shape) -> tuple[int, ...]:
+def _as_shape(shape: ShapeLike) -> tuple[int, ...]:
     if isinstance(shape, torch.Tensor):
         return tuple(shape.shape)
-    if isinstance(shape, numbers.Integral):
+    if isinstance(shape, (int, numbers.Integral)):  # (int: for the type checker)
         return (int(shape),)
     # a size that torch.export / torch.compile keeps symbolic (SymInt), or that
     # torch.jit.trace records (a Tensor), stays as it is: int() would bake in its value
@@ -193,7 +198,7 @@ def _base_shape(shape: tuple[int, ...], normalized_ndim: int | None) -> tuple[in
     return (math.prod(shape[:ndim - k]),) + shape[ndim - k:]
 
 
-def roles_layout(shape, roles: Sequence[str], num_groups: int | None = None, *,
+def roles_layout(shape: ShapeLike, roles: Sequence[str], num_groups: int | None = None, *,
                  norm: str = "", affine: str = "channel", centered: bool = True,
                  normalized_ndim: int | None = None) -> Layout:
     """The :class:`Layout` of the set that runs over ``roles`` (see the module docstring),
@@ -216,28 +221,32 @@ def roles_layout(shape, roles: Sequence[str], num_groups: int | None = None, *,
     if unknown:
         raise ValueError(f"unknown roles {sorted(unknown)}; roles are {ROLES + EXTRA_ROLES}")
     N, C, spatial = base[0], base[1], base[2:]
+    channel_dims: tuple[int, ...]
+    group_dims: tuple[int, ...]
     if num_groups is not None:
         G = check_num_groups(num_groups, C, TITLES.get(norm, "num_groups"))
         view = (N, G, C // G) + spatial
-        channel_dims, group_dim, s0 = (1, 2), 2, 3
+        channel_dims, group_dims, s0 = (1, 2), (2,), 3
     else:
         if "G" in roles:
             raise ValueError("the role 'G' (the channels of one group) needs num_groups")
         view = base
-        channel_dims, group_dim, s0 = (1,), None, 2
+        channel_dims, group_dims, s0 = (1,), (), 2
     spatial_dims = tuple(range(s0, len(view)))
     dims: set[int] = set()
     for role in roles:
-        dims.update({"N": (0,), "C": channel_dims, "G": (group_dim,), "S": spatial_dims,
+        dims.update({"N": (0,), "C": channel_dims, "G": group_dims, "S": spatial_dims,
                      "last": spatial_dims[-1:] or channel_dims[-1:]}[role])
     if not dims:
         raise ValueError(f"the roles {tuple(roles)} name no dim of an input of shape {shape}")
+    affine_shape: tuple[int, ...]
     if affine == "channel":
         affine_shape = (C,)
         affine_view = tuple(s if d in channel_dims else 1 for d, s in enumerate(view))
     elif affine == "normalized_shape":
         if num_groups is not None:
             raise ValueError("gamma per element of normalized_shape does not combine with groups")
+        assert normalized_ndim is not None  # set above for this affine (for the type checker)
         affine_shape = shape[len(shape) - normalized_ndim:]
         affine_view = (1,) + view[1:]
     else:
@@ -246,7 +255,7 @@ def roles_layout(shape, roles: Sequence[str], num_groups: int | None = None, *,
                   num_groups if num_groups is None else int(num_groups), centered)
 
 
-def layout(norm: str, shape, num_groups: int | None = None,
+def layout(norm: str, shape: ShapeLike, num_groups: int | None = None,
            normalized_ndim: int | None = None) -> Layout:
     """The :class:`Layout` of ``norm`` (a key of :data:`TABLE`) for an input of ``shape``.
 
@@ -273,7 +282,7 @@ def layout(norm: str, shape, num_groups: int | None = None,
                         centered=row.centered, normalized_ndim=normalized_ndim)
 
 
-def reduce_dims(norm: str, shape, num_groups: int | None = None) -> tuple[int, ...]:
+def reduce_dims(norm: str, shape: ShapeLike, num_groups: int | None = None) -> tuple[int, ...]:
     """The dims of the input that are reduced to get one mean/variance.
 
     For ``"group"`` the channel dim is only partly reduced (within a group), so the answer
@@ -292,7 +301,7 @@ def layout_labels(lay: Layout) -> torch.Tensor:
     return labels.reshape(lay.shape).clone()
 
 
-def stat_groups(norm: str, shape, num_groups: int | None = None,
+def stat_groups(norm: str, shape: ShapeLike, num_groups: int | None = None,
                 normalized_ndim: int | None = None) -> torch.Tensor:
     """A label array with the input's shape: equal labels share one mean and one variance
     (:func:`layout_labels` of :func:`layout`)."""
@@ -325,7 +334,7 @@ def roles_words(roles: Sequence[str], group_size: int | None = None) -> str:
     return words
 
 
-def describe(norm: str, shape: Sequence[int], num_groups: int | None = None) -> str:
+def describe(norm: str, shape: ShapeLike, num_groups: int | None = None) -> str:
     """One line in words: which elements share statistics, and the set size."""
     lay = layout(norm, shape, num_groups)
     row = TABLE[norm]

@@ -48,9 +48,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Callable, Mapping, Sequence
 from unittest import mock
 
 import torch

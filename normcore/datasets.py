@@ -36,16 +36,16 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 from ._extras import require
 
 require(__name__)   # without normcore[book]: an ImportError that names it
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np  # noqa: E402 - imported once require() has checked the extra
+import torch  # noqa: E402 - imported once require() has checked the extra
 
 __all__ = ["Dataset", "digits", "mnist1d", "NUM_CLASSES"]
 

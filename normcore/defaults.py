@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["EPS", "MOMENTUM", "DYT_ALPHA", "fill_defaults"]
 

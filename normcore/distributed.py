@@ -6,7 +6,7 @@ The math and the rules (empty local batches, eval mode, a world of one, no proce
 are in :mod:`normcore.sync`'s docstring.
 """
 from .experiments.sync import compare, compare_per_device_vs_sync, plain_batch_norm
-from .launch import RemoteTraceback, _bootstrap, free_port, run
+from .launch import RemoteTraceback, free_port, run
 from .nn import SyncBatchNorm
 from .sync import (all_gather_moments, local_moments, merge, require_process_group,
                    sync_batch_norm)

@@ -22,9 +22,11 @@ multiply-add disappear at inference.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 __all__ = ["fold_bn", "bn_scale_shift", "fold_ws"]
 
@@ -38,12 +40,15 @@ def bn_scale_shift(bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
             f"fold_bn: {type(bn).__name__} has no running statistics "
             f"(track_running_stats=False), so in eval mode it still normalizes with batch "
             f"statistics and is not an affine map; it cannot be folded")
+    # (a Module's attributes are typed Tensor | Module: these are a BatchNorm's tensors)
+    running_mean, running_var = cast(Tensor, bn.running_mean), cast(Tensor, bn.running_var)
+    weight, bias = cast("Tensor | None", bn.weight), cast("Tensor | None", bn.bias)
     with torch.no_grad():
-        inv_std = torch.rsqrt(bn.running_var + bn.eps)
-        scale = inv_std if bn.weight is None else bn.weight * inv_std
-        shift = -bn.running_mean * scale
-        if bn.bias is not None:
-            shift = shift + bn.bias
+        inv_std = torch.rsqrt(running_var + cast(float, bn.eps))
+        scale = inv_std if weight is None else weight * inv_std
+        shift = -running_mean * scale
+        if bias is not None:
+            shift = shift + bias
     return scale, shift
 
 
@@ -96,13 +101,17 @@ def fold_ws(layer: nn.Module) -> nn.Conv2d:
             f"fold_ws: expected a weight-standardized Conv2d (normcore.nn.WSConv2d or "
             f"ScaledStdConv2d), got {type(layer).__name__}")
     w = layer.weight
-    plain = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size,
-                      stride=layer.stride, padding=layer.padding, dilation=layer.dilation,
-                      groups=layer.groups, bias=layer.bias is not None,
-                      padding_mode=layer.padding_mode, dtype=w.dtype, device=w.device)
+    # layer's settings, as they are (dict[str, Any]: torch types a Conv2d's sizes as tuples
+    # of any length, its constructor wants pairs)
+    settings: dict[str, Any] = dict(
+        kernel_size=layer.kernel_size, stride=layer.stride, padding=layer.padding,
+        dilation=layer.dilation, groups=layer.groups, bias=layer.bias is not None,
+        padding_mode=layer.padding_mode, dtype=w.dtype, device=w.device)
+    plain = nn.Conv2d(layer.in_channels, layer.out_channels, **settings)
+    standardized_weight = cast(Callable[[], Tensor], layer.standardized_weight)
     with torch.no_grad():
-        plain.weight.copy_(layer.standardized_weight())
+        plain.weight.copy_(standardized_weight())
         if layer.bias is not None:
-            plain.bias.copy_(layer.bias)
+            cast(Tensor, plain.bias).copy_(layer.bias)
     plain.train(layer.training)
     return plain

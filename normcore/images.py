@@ -10,7 +10,8 @@ from __future__ import annotations
 import base64
 import io
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._extras import require
 

@@ -36,8 +36,8 @@ divides by a spread (or subtracts a mean).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor

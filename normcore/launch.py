@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

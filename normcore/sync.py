@@ -101,7 +101,8 @@ name.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -143,7 +144,8 @@ def local_moments(x: Tensor) -> stats.Moments:
     return stats.Moments(count, mean, var * count)                     # M2 = n * biased var
 
 
-def all_gather_moments(local: stats.Moments, group=None) -> list[stats.Moments]:
+def all_gather_moments(local: stats.Moments,
+                       group: dist.ProcessGroup | None = None) -> list[stats.Moments]:
     """Every rank's :class:`~normcore.stats.Moments`, in rank order (one ``all_gather``).
 
     The ``2C + 1`` numbers ``(count, mean, m2)`` are packed into one float64 tensor: one
@@ -179,8 +181,9 @@ class SyncBatchNormFunction(torch.autograd.Function):
     eps, group)``."""
 
     @staticmethod
-    def forward(ctx, input: Tensor, weight, bias, running_mean, running_var,
-                momentum: float, eps: float, group) -> Tensor:
+    def forward(ctx: Any, input: Tensor, weight: Tensor | None, bias: Tensor | None,
+                running_mean: Tensor | None, running_var: Tensor | None,
+                momentum: float, eps: float, group: dist.ProcessGroup | None) -> Tensor:
         cdt = compute_dtype(input.dtype)
         x = input.to(cdt)
         view = _bn_layout(x).affine_view_shape                   # broadcast per channel
@@ -205,7 +208,7 @@ class SyncBatchNormFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_output: Tensor):
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
         input, weight, mean, invstd = ctx.saved_tensors
         cdt, n = ctx.cdt, ctx.n
         C = input.shape[1]
@@ -233,8 +236,10 @@ class SyncBatchNormFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None
 
 
-def sync_batch_norm(input: Tensor, running_mean=None, running_var=None, weight=None, bias=None,
-                    momentum: float = MOMENTUM, eps: float = EPS, process_group=None) -> Tensor:
+def sync_batch_norm(input: Tensor, running_mean: Tensor | None = None,
+                    running_var: Tensor | None = None, weight: Tensor | None = None,
+                    bias: Tensor | None = None, momentum: float | None = MOMENTUM,
+                    eps: float = EPS, process_group: dist.ProcessGroup | None = None) -> Tensor:
     r"""Training-mode BatchNorm whose statistics are those of the batch over all ranks.
 
     ``input`` is this rank's slice ``(N_r, C, *)``.  Every rank of ``process_group`` (default:

@@ -51,8 +51,9 @@ import itertools
 import math
 import numbers
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from ._extras import require
 from .images import (NARROW_SCREEN_PX, NARROW_STYLE, NARROW_WIDTH_PX, check_image_format, compact_image,
@@ -61,7 +62,7 @@ from .images import (NARROW_SCREEN_PX, NARROW_STYLE, NARROW_WIDTH_PX, check_imag
 
 require(__name__)   # without normcore[book]: an ImportError that names it
 
-import ipywidgets  # noqa: E402
+import ipywidgets  # noqa: E402 - imported once require() has checked the extra
 
 __all__ = [
     "Control",

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import sitecheck  # noqa: E402
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
 
 HTML = ROOT / "_build" / "html"
 

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import a11y  # noqa: E402
-import sitecheck  # noqa: E402
+import a11y  # noqa: E402 - importable once sys.path has its folder
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
 from test_site import HTML, PAGES  # noqa: E402  (browser, site, demo_site: tests/conftest.py)
 
 MODES = a11y.MODES
@@ -103,7 +103,8 @@ def test_widget_controls_and_frames_are_named(audit, rel):
     bad = [f"widget {c['widget']} control {c['control']} ({c['kind']}): named {c['name']!r}, "
            f"labelled {c['label']!r} on the page" for c in r["controls"]
            if not c["label"] or c["name"] != c["label"]]
-    bad += [f"widget {f['widget']}: a frame ({f['kind']}) has no text alternative" for f in r["frames"] if not f["name"]]
+    bad += [f"widget {f['widget']}: a frame ({f['kind']}) has no text alternative"
+            for f in r["frames"] if not f["name"]]
     bad += [f"widget {f['widget']}: an SVG frame is not role=img" for f in r["frames"]
             if f["kind"] == "svg" and f.get("role") != "img"]
     assert not bad, f"{rel}:\n  " + "\n  ".join(bad)
@@ -146,8 +147,8 @@ def keyboard_walk(page, widget: int) -> list[str]:
     went wrong."""
     walk = a11y.tab_to_widget(page, widget)
     if not (walk[-1] and walk[-1]["widget"] == widget and walk[-1]["control"] == 0):
-        return [f"{len(walk)} presses of Tab never reached widget {widget}; the last stops: "
-                f"{[w and (w['tag'], w['text'][:20]) for w in walk[-6:]]}"]
+        return [(f"{len(walk)} presses of Tab never reached widget {widget}; the last stops: "
+                 f"{[w and (w['tag'], w['text'][:20]) for w in walk[-6:]]}")]
     controls = a11y.control_names(page, widget=widget)
     problems = []
     for c, info in enumerate(controls):
@@ -164,9 +165,11 @@ def keyboard_walk(page, widget: int) -> list[str]:
         moved = _wait_frame_change(page, widget, first)
         after = a11y.focused(page)
         if moved == first:
-            problems.append(f"widget {widget} control {c} ({info['kind']} {info['label']!r}): {up} did not change the frame")
+            problems.append(f"widget {widget} control {c} ({info['kind']} {info['label']!r}): "
+                            f"{up} did not change the frame")
         elif not (after and after["control"] == c and after["value"] != value):
-            problems.append(f"widget {widget} control {c}: after {up} the focus or the value did not follow: {here} -> {after}")
+            problems.append(f"widget {widget} control {c}: after {up} the focus or the value "
+                            f"did not follow: {here} -> {after}")
         page.keyboard.press(down)
         if moved != first and _wait_frame_change(page, widget, moved) != first:
             problems.append(f"widget {widget} control {c}: {down} did not bring the first frame back")

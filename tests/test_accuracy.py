@@ -156,7 +156,7 @@ def test_weight_standardize_no_worse_than_torch(convention):
     # error of torch's forms of each convention on an ordinary conv weight
     from test_grad import ws_reference
     eps = F.WS_CONVENTIONS[convention]["eps"]
-    theirs = lambda w, _a, _b: ws_reference(w, eps, convention)  # noqa: E731
+    theirs = lambda w, _a, _b: ws_reference(w, eps, convention)
     w = _x((256, 128, 3, 3), "normal")
     ours = errors(lambda w, _a, _b: F.weight_standardize(w, convention=convention), w)
     assert_no_worse(ours, errors(theirs, w), margin=1.0, floor=0.0)

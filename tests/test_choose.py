@@ -209,8 +209,8 @@ def test_the_table_has_every_row_and_property():
     assert lines[0] == "|  | BN | LN | RMS&shy;Norm | IN | GN | WS | DyT |"
     assert all(line.count("|") == len(choose.KEYS) + 2 for line in lines)
     assert "| scale per channel | yes | no | no | yes | no | no | no |" in lines
-    assert lines[2] == "| $S_i$ spans | $N$, $H$, $W$ | $C$, $H$, $W$ | $C$, $H$, $W$ | $H$, $W$ " \
-                       "| $C/G$, $H$, $W$ | a filter<sup>1</sup> | $x_i$ alone |"      # from axes
+    assert lines[2] == ("| $S_i$ spans | $N$, $H$, $W$ | $C$, $H$, $W$ | $C$, $H$, $W$ | $H$, $W$ "
+                        "| $C/G$, $H$, $W$ | a filter<sup>1</sup> | $x_i$ alone |")     # from axes
     assert "| subtracts a mean | yes | yes | no | yes | yes | yes | no |" in lines
     assert "| running buffers | 3<sup>4</sup> | none |" in text
     assert notes.splitlines()[3] == "4. `running_mean`, `running_var`, `num_batches_tracked`"

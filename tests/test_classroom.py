@@ -334,10 +334,10 @@ def mistakes(chapter) -> dict:
         args = exercises.signature(op)[2:-1]
         sources[label] = f"def solve_{i}({args}):\n{call(fn.__name__, op)}"
     sources["ex-broken-syntax"] = "def broken_syntax(x, gamma, beta, eps)\n    return x"
-    sources["ex-broken-loop"] = "def broken_loop(x, gamma, beta, eps):\n    while True:\n" \
-                                "        pass"
-    sources["ex-broken-renamed"] = "def my_own_name(x, gamma, beta, eps):\n" \
-                                   "    return bn_correct(x, gamma, beta, eps)"
+    sources["ex-broken-loop"] = ("def broken_loop(x, gamma, beta, eps):\n    while True:\n"
+                                 "        pass")
+    sources["ex-broken-renamed"] = ("def my_own_name(x, gamma, beta, eps):\n"
+                                    "    return bn_correct(x, gamma, beta, eps)")
     sources["ex-broken-deleted"] = solutions_of(chapter)["ex-broken-deleted"]
     sources["ex-broken-memory"] = (
         "def broken_memory(x, gamma, beta, eps):\n"
@@ -513,7 +513,7 @@ def test_feedback_file_names():
     assert default_folder("out/grades.csv") == Path("out/grades-feedback")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hang_run():
     """Grade, in a thread, a notebook whose loop survives the interrupt (only the notebook's
     limit stops it).  It waits, mostly: the grading fixture starts it first, so that it
@@ -539,7 +539,7 @@ def test_a_notebook_over_its_time_limit_is_killed():
     assert rows[0].status == "timed out" and "notebook ran longer than 16 s" in rows[0].detail
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def death_runs():
     """Grade, in a thread, two notebooks whose kernel dies: one function kills the process
     that runs it with SIGKILL when it is checked, and a later solution cell kills the kernel;
@@ -600,7 +600,7 @@ CHEATS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cheat_run():
     cells = [new_code_cell("import torch\nfrom normcore import exercises")]
     for label in CHEATS:
@@ -921,7 +921,7 @@ def test_site_without_solutions_shows_no_solution(browser):
         if f.is_file() and f.suffix in (".ipynb", ".md", ".js", ".txt", ".html") \
                 and "_static" not in f.parts:
             text = f.read_text(encoding="utf-8", errors="replace")
-            for chapter, lines in secrets.items():
+            for _chapter, lines in secrets.items():
                 for line in lines:
                     assert line not in text, (str(f), line)
     with sitecheck.LocalServer(NOSOLUTIONS_HTML) as server:
@@ -930,7 +930,7 @@ def test_site_without_solutions_shows_no_solution(browser):
         for rel in pages:
             page.goto(server.url(rel))
             text = page.inner_text("body")
-            for chapter, lines in secrets.items():
+            for _chapter, lines in secrets.items():
                 for line in lines:
                     assert line not in text, (rel, line)
             if rel.startswith("chapters/0"):

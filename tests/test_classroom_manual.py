@@ -268,9 +268,9 @@ def test_the_scores_are_merged_into_the_grades_and_the_gradebook(graded):
     (("carol", "ex-why", "student", "zoe"),
      "line 7: student 'zoe' is not in the grade sheet (it has alice, bob, carol): correct"),
     (("carol", "ex-why", "exercise", "ex-b"),
-     "line 7: exercise 'ex-b' is not an exercise of carol's in the grade sheet (in chapter "
-     "small): give one of carol's answers graded by hand (ex-a:written, ex-why), or delete "
-     "the line"),
+     ("line 7: exercise 'ex-b' is not an exercise of carol's in the grade sheet (in chapter "
+      "small): give one of carol's answers graded by hand (ex-a:written, ex-why), or delete "
+      "the line")),
     (("carol", "ex-why", "exercise", "ex-a"),
      "line 7: exercise 'ex-a' is passed, not graded by hand"),
     (("carol", "ex-why", "exercise", "ex-a:written"),
@@ -304,8 +304,8 @@ def test_a_file_that_is_not_manual_csv_is_refused(tmp_path):
     path = tmp_path / "manual.csv"
     path.write_text("id,points\nalice,1\n", encoding="utf-8")
     rows = [Row("alice", "small", "ex-why", "", 3, 0, "manual", "", "", "answered")]
-    with pytest.raises(ManualError, match="no column student, exercise, score: give the "
-                                          "manual.csv that `grade` wrote"):
+    with pytest.raises(ManualError, match=r"no column student, exercise, score: give the "
+                                          r"manual\.csv that `grade` wrote"):
         merge(rows, path)
     with pytest.raises(ManualError, match="not a grade sheet of `grade`"):
         read_grades(path)

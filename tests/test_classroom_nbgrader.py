@@ -285,8 +285,8 @@ def test_autograde_scores_as_the_grader_does(nbgrader_env, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     print(f"normcore.classroom grade: {time.monotonic() - start:.0f} s")
-    ours = {(r["student"], r["exercise"]): r
-            for r in csv.DictReader(open(tmp_path / "grades.csv"))}
+    with open(tmp_path / "grades.csv", newline="") as f:
+        ours = {(r["student"], r["exercise"]): r for r in csv.DictReader(f)}
 
     coding, manual = ("ex-bn-forward", "ex-bn-backward"), ("ex-bn-bias-eval",
                                                            "ex-bn-weight-norm")

@@ -126,7 +126,7 @@ def test_an_nbgrader_marker_outside_a_solution_is_refused():
 
 def test_a_copy_without_solutions_is_refused():
     chapter = nbformat.read(ROOT / "chapters" / "02_batch_norm.ipynb", as_version=4)
-    with pytest.raises(ValueError, match="without solutions.*give the book's chapter"):
+    with pytest.raises(ValueError, match=r"without solutions.*give the book's chapter"):
         source_notebook(without_solutions(chapter), "02_batch_norm")
 
 

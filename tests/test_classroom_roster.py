@@ -203,8 +203,8 @@ def test_a_chapter_nobody_handed_in_and_a_second_copy(tmp_path):
                 "incorrect", "", "", "", source=str(s.path))
             for s, score in zip(found, (2, 2, 0))]   # best 2: not the sum, not the last
     out, warnings = complete(rows, [Student("alice")], chapters, found, folder, DEFAULT_PATTERN)
-    assert warnings == ["warning: alice handed in a 3 times: the gradebook counts the best "
-                        "score of each exercise"]
+    assert warnings == [("warning: alice handed in a 3 times: the gradebook counts the best "
+                         "score of each exercise")]
     assert out[-1].detail == (f"missing: no submission of b found for alice in {tmp_path} "
                               f"(no notebook of this chapter there; the student is the group "
                               f"'student' of {DEFAULT_PATTERN!r})")

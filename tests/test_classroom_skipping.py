@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_notebook
 
 from normcore.classroom import skipping as S
 from normcore.classroom.grade import grade_notebook, prepare

@@ -414,6 +414,6 @@ def test_jit_trace_does_not_bake_in_the_batch_size(name, mode):
 def test_jit_script_refuses_with_the_way_out(name):
     m, _, _ = make(name, "eval")
     for model in (m, torch.nn.Sequential(torch.nn.Identity(), m)):
-        with pytest.raises(TypeError, match="torch.jit.script cannot compile normcore") as info:
+        with pytest.raises(TypeError, match=r"torch\.jit\.script cannot compile normcore") as info:
             torch.jit.script(model)
         assert "torch.compile" in str(info.value) and "torch.export" in str(info.value)

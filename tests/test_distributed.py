@@ -20,6 +20,8 @@ import normcore.distributed as D
 import normcore.nn as nn
 from normcore import stats, sync
 from normcore.distributed import SyncBatchNorm, compare, run
+from normcore.launch import _bootstrap
+import itertools
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 METHODS = ("sync", "full", "torch")
@@ -160,7 +162,7 @@ def test_chan_merge_of_slices_equals_two_pass():
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(11, 3, 5, generator=gen, dtype=torch.float64) * 0.01 + 1e6  # |mu| >> sigma
     bounds = [0, 1, 1, 7, 11]  # unequal slices, one empty
-    parts = [D.local_moments(x[a:b]) for a, b in zip(bounds, bounds[1:])]
+    parts = [D.local_moments(x[a:b]) for a, b in itertools.pairwise(bounds)]
     assert [p.count for p in parts] == [5, 0, 30, 20]
     merged = stats.chan_merge_many(parts)
     var, mean = torch.var_mean(x, dim=(0, 2), correction=0)
@@ -414,12 +416,12 @@ def test_process_group_is_destroyed(tmp_path):
     """The worker's finally destroys the group, whether fn returns or raises (run in this
     process, as rank 0 of a world of one)."""
     threads = torch.get_num_threads()  # _bootstrap sets 1 thread per rank
-    D._bootstrap(0, 1, D.free_port(), _ok, (), {}, str(tmp_path), 30)
+    _bootstrap(0, 1, D.free_port(), _ok, (), {}, str(tmp_path), 30)
     assert not dist.is_initialized()
     envelope = torch.load(tmp_path / "rank0.pt", weights_only=False)
     assert envelope["ok"] and envelope["result"] == 1 and envelope["initialized"] is False
     with pytest.raises(SystemExit):
-        D._bootstrap(0, 1, D.free_port(), _fails, ("bad",), {}, str(tmp_path), 30)
+        _bootstrap(0, 1, D.free_port(), _fails, ("bad",), {}, str(tmp_path), 30)
     assert not dist.is_initialized()
     assert not torch.load(tmp_path / "rank0.pt", weights_only=False)["ok"]
     torch.set_num_threads(threads)

@@ -49,7 +49,8 @@ class DynamicTanh(tnn.Module):
         return x
 
     def extra_repr(self):
-        return f"normalized_shape={self.normalized_shape}, alpha_init_value={self.alpha_init_value}, channels_last={self.channels_last}"
+        return (f"normalized_shape={self.normalized_shape}, alpha_init_value={self.alpha_init_value}, "
+                f"channels_last={self.channels_last}")
 
 
 def convert_ln_to_dyt(module):
@@ -155,7 +156,7 @@ def test_hand_derived_gradients_equal_autograd_through_the_formula(case, dtype, 
 def test_gradcheck_and_gradgradcheck(shape, cl, ashape):
     x = make_input(shape, torch.float64, 3, loc_scale=False).requires_grad_(True)
     alpha, w, b = (t.requires_grad_(True) for t in params(ashape, torch.float64, 3))
-    fn = lambda x, a, w, b: F.dyt(x, a, w, b, channels_last=cl)    # noqa: E731
+    fn = lambda x, a, w, b: F.dyt(x, a, w, b, channels_last=cl)
     assert torch.autograd.gradcheck(fn, (x, alpha, w, b))
     assert torch.autograd.gradgradcheck(fn, (x, alpha, w, b))
     # without gamma and beta, and straight through the Function

@@ -10,7 +10,7 @@ import torch
 
 from normcore import exercises as ex
 from normcore.exercises import CATALOGUE, check
-from normcore.exercises.driver import plan
+from normcore.exercises.driver import _distinct_candidates, plan
 
 
 def flat(message: str) -> str:
@@ -526,26 +526,26 @@ DIAGNOSES = [
     ("chan_merge", chan_over_n_squared, {}, ("chan_delta_weight",), ["count ** 2"]),
 ]
 # the LayerNorm / RMSNorm chapter's ops (normcore/exercises/layer.py)
-from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402
+from test_exercises_layer import LAYER_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 DIAGNOSES += LAYER_DIAGNOSES
 
 # --- AdaIN (the InstanceNorm chapter): its student functions live in test_instance_norm.py
-from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402
+from test_instance_norm import ADAIN_CORRECT, ADAIN_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += ADAIN_DIAGNOSES
 
 # --- the WS backward and WS folding ops (normcore/exercises/ws.py, ws_fold.py)
-from test_exercises_ws import WS_DIAGNOSES  # noqa: E402
+from test_exercises_ws import WS_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += WS_DIAGNOSES
 
 # --- the GroupNorm chapter's backward op (normcore/exercises/group.py)
-from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402
+from test_exercises_group import GROUP_DIAGNOSES, gn_bwd_correct  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += GROUP_DIAGNOSES
 
 # --- Dynamic Tanh (the chapter without normalization, normcore/exercises/dyt.py)
-from test_exercises_dyt import DYT_CORRECT, DYT_DIAGNOSES  # noqa: E402
+from test_exercises_dyt import DYT_CORRECT, DYT_DIAGNOSES  # noqa: E402 - each chapter's table, appended where it begins
 
 DIAGNOSES += DYT_DIAGNOSES
 
@@ -667,7 +667,7 @@ def test_every_variant_is_diagnosed_as_itself(op, options, hidden):
     spec = ex._OPS[op]
     p = plan(op, options, hidden=hidden)
     cases, base, refs, o = p.cases, p.base, p.refs, p.options
-    cands = [c for c, _ in ex._distinct_candidates(spec, base, cases, refs, o)]
+    cands = [c for c, _ in _distinct_candidates(spec, base, cases, refs, o)]
     keys = {k for c in cands for k in c.keys}
     expected = {m.key for m in ex.catalogue(op)}
     if op in _WS_OPS:
@@ -846,9 +846,9 @@ def test_bad_arguments():
 
 def test_catalogue_table():
     table = ex.catalogue_table()
-    for key, m in CATALOGUE.items():
+    for key in CATALOGUE:
         assert key in table
-    assert set(m.key for m in ex.catalogue("running_update")) == {
+    assert {m.key for m in ex.catalogue("running_update")} == {
         "naive_var", "biased_running_var", "momentum_swapped"}
     assert "strided_groups" in ex.catalogue_table("group_norm")
     assert "strided_groups" not in ex.catalogue_table("batch_norm")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from normcore import exercises
-from normcore.exercises import CATALOGUE, check
+from normcore.exercises import check
 
 CONVENTIONS = ("original", "bit", "timm")
 
@@ -299,7 +299,7 @@ def test_the_fold_reference_is_the_block():
 # bad input and wrong outputs: the usual reports
 # =======================================================================================
 def test_bad_options():
-    with pytest.raises(ValueError, match="check\\('fold_ws', ...\\): unknown convention"):
+    with pytest.raises(ValueError, match=r"check\('fold_ws', \.\.\.\): unknown convention"):
         check(FOLD, fold_original, convention="paper")
     with pytest.raises(ValueError, match="unknown convention"):
         check(BWD, bwd_original, convention="qiao")
@@ -328,8 +328,8 @@ def test_exceptions_say_how_the_function_is_called():
         return d
     r = check(BWD, flattens, ndims=(2, 4))
     assert r.kind == "exception" and "not enough values to unpack" in _flat(r.message)
-    assert "f(dw_hat, w, eps) with dw_hat and w of shape (C_out, C_in) and " \
-           "(C_out, C_in, kH, kW)" in _flat(r.message)
+    assert ("f(dw_hat, w, eps) with dw_hat and w of shape (C_out, C_in) and "
+            "(C_out, C_in, kH, kW)") in _flat(r.message)
     r = check(FOLD, lambda *args: 1 / 0)
     assert r.kind == "exception" and "eps_bn) with weight of shape (C_out, C_in, kH, kW)" \
         in _flat(r.message)

@@ -9,6 +9,7 @@ import torch
 from normcore import nn as ncnn
 from normcore.experiments import nfnet as nf
 from normcore.experiments import runner
+import itertools
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +71,7 @@ def test_signal_propagation_shows_the_mean_shift_that_scaled_ws_removes():
     assert min(sp["nf-plain"]["mean_sq"][stage2]) > 3 * max(sp["nf"]["mean_sq"][stage2])
     # BN's branches each add their variance: it grows block by block in the first stage
     var_bn = sp["bn"]["var"][:5]
-    assert all(b > a for a, b in zip(var_bn, var_bn[1:]))
+    assert all(b > a for a, b in itertools.pairwise(var_bn))
 
 
 def test_training_is_seeded_and_bad_kinds_are_refused():

@@ -69,8 +69,8 @@ def test_the_modes_place_the_layernorm_differently():
 @pytest.mark.parametrize("call", [lambda: prenorm.Layer(8, "post-ln"),
                                   lambda: prenorm.grad_norms(0, "PreLN", L=2, C=8)])
 def test_an_unknown_mode_names_the_choices(call):
-    with pytest.raises(ValueError, match="unknown mode .*choose one of 'Post-LN', 'Pre-LN', "
-                                         "'DeepNorm', 'DeepNorm \\(alpha on F\\)'"):
+    with pytest.raises(ValueError, match=r"unknown mode .*choose one of 'Post-LN', 'Pre-LN', "
+                                         r"'DeepNorm', 'DeepNorm \(alpha on F\)'"):
         call()
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from normcore.experiments import prepost, runner, sweeps
 from normcore.experiments import transformer as tr
+import itertools
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_the_sweep_is_registered_and_its_results_load():
     assert sweep.get_experiment() is prepost.TRAIN
     assert sweep.size() == (20, 10) and sweep.size(reduced=True) == (3, 5)
     lrs = sorted({c["lr"] for c in sweep.configs})
-    assert len(lrs) == 5 and all(math.isclose(b / a, 2) for a, b in zip(lrs, lrs[1:]))
+    assert len(lrs) == 5 and all(math.isclose(b / a, 2) for a, b in itertools.pairwise(lrs))
     assert {(c["placement"], c["warmup"]) for c in sweep.configs} == {
         ("pre", 0), ("pre", 20), ("post", 0), ("post", 20)}
     # the reduced sweep: Post-LN with and without warm-up, Pre-LN without, at one rate

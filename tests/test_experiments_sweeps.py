@@ -144,12 +144,12 @@ def test_bad_arguments_exit_with_status_2_in_a_process_too():
 
 def test_missing_results_name_the_command_that_makes_them(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(sweeps, "RESULTS_DIR", tmp_path)
-    with pytest.raises(FileNotFoundError, match="make them with: python -m "
-                                                "normcore.experiments run group$"):
+    with pytest.raises(FileNotFoundError, match=r"make them with: python -m "
+                                                r"normcore\.experiments run group$"):
         sweeps.load_results("group")
     assert main(["show", "group"]) == 1
     assert "python -m normcore.experiments run group" in capsys.readouterr().err
-    with pytest.raises(FileNotFoundError, match="run toy --out .*other.json"):
+    with pytest.raises(FileNotFoundError, match=r"run toy --out .*other\.json"):
         sweeps.load_results("toy", tmp_path / "other.json")
 
 

@@ -86,7 +86,7 @@ def test_norm_io_returns_what_each_layernorm_computes():
     pairs = tr.norm_io(net, torch.randn(4, 1, 40))
     with torch.no_grad():
         net.blocks[1].norm2.weight.mul_(2.0)            # after the call: no effect on pairs
-    for (x, y), norm in zip(pairs, tr._norm_layers(net)):
+    for (x, y), _norm in zip(pairs, tr._norm_layers(net)):
         assert x.shape == y.shape == (4, 10, 32)
         assert torch.allclose(y, TF.layer_norm(x, (32,)), atol=1e-5)    # gamma 1, beta 0
     assert not any(m._forward_hooks for m in tr._norm_layers(net))      # hooks removed

@@ -364,7 +364,7 @@ def test_weight_standardize_refuses_double_backward():
     w = make_input((3, 4, 5), torch.float64, 15).requires_grad_(True)
     y = F.weight_standardize(w)
     (gw,) = torch.autograd.grad((y ** 3).sum(), w, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable|twice"):
+    with pytest.raises(RuntimeError, match=r"once_differentiable|twice"):
         gw.sum().backward()
 
 
@@ -426,7 +426,7 @@ def test_one_op_per_name():
     lambda: F.normalize(x4, axes.layout("batch", x4.shape), 1e-5, backward=1),
 ])
 def test_bad_backward_names_the_choices(call):
-    with pytest.raises(ValueError, match="'derived' .*'autograd'"):
+    with pytest.raises(ValueError, match=r"'derived' .*'autograd'"):
         call()
 
 

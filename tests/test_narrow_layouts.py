@@ -14,15 +14,15 @@ import torch
 
 matplotlib.use("Agg")
 
-from normcore import choose, stats  # noqa: E402
-from normcore.viz import batch as vb  # noqa: E402
-from normcore.viz import choose as vc  # noqa: E402
-from normcore.viz import cube  # noqa: E402
-from normcore.viz import instance as vi  # noqa: E402
-from normcore.viz import layer as vl  # noqa: E402
-from normcore.viz import running as vr  # noqa: E402
-from normcore.images import NARROW_WIDTH_PX, figure_to_png, responsive_figure  # noqa: E402
-from normcore.images import smallest_text_px as _smallest_text_px  # noqa: E402
+from normcore import choose, stats
+from normcore.viz import batch as vb
+from normcore.viz import choose as vc
+from normcore.viz import cube
+from normcore.viz import instance as vi
+from normcore.viz import layer as vl
+from normcore.viz import running as vr
+from normcore.images import NARROW_WIDTH_PX, figure_to_png, responsive_figure
+from normcore.images import smallest_text_px as _smallest_text_px
 
 DPI = 80  # static_widget's default: a font of p points is p * 80 / 72 px
 # An SVG frame is drawn at most 320 px wide; on a 390 px phone it is shown 291 to 328 px wide
@@ -49,7 +49,7 @@ def test_cube_narrow_fits_a_phone_column_with_its_text_size(norm, G):
     assert _svg_width(narrow) <= SVG_NARROW_MAX
     assert min(_svg_font_px(narrow)) >= SVG_MIN_FONT
     # the same picture: every number and label of the wide layout is in the narrow one
-    texts = lambda s: sorted(re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>(.*?)</text>", s))  # noqa: E731
+    texts = lambda s: sorted(re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>(.*?)</text>", s))
     assert texts(narrow) == texts(wide)
 
 
@@ -230,7 +230,7 @@ def test_the_graph_on_a_phone_keeps_every_node_and_arrow_top_to_bottom():
     arrows = {f: [p for p in patches[f] if isinstance(p, FancyArrowPatch)] for f in (wide, narrow)}
     assert len(boxes[narrow]) == len(boxes[wide]) == 8
     assert len(arrows[narrow]) == len(arrows[wide]) == 10
-    labels = lambda f: sorted(t.get_text() for t in f.axes[0].texts[:-1])  # noqa: E731  (the note last)
+    labels = lambda f: sorted(t.get_text() for t in f.axes[0].texts[:-1])
     assert labels(narrow) == labels(wide)
     extents = [b.get_window_extent() for b in boxes[narrow]]
     for i, a in enumerate(extents):                     # no box on another

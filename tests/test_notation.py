@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import notation  # noqa: E402
+import notation  # noqa: E402 - importable once sys.path has its folder
 
 DATA = notation.load()
 

@@ -60,8 +60,8 @@ HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 sys.path.insert(0, str(ROOT / "tools"))
 
-import sitecheck  # noqa: E402
-import strip_notebook  # noqa: E402
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
+import strip_notebook  # noqa: E402 - importable once sys.path has its folder
 
 PAGES = sitecheck.toc_pages(ROOT / "_toc.yml")
 
@@ -239,7 +239,8 @@ def test_page_loaded_weight(site, browser, rel):
     embed_first = any("html-manager/embed.js" in f["url"] for f in first_files)
     top = ", ".join(f"{f['url'].rsplit('/', 1)[-1].split('?')[0]} {f['bytes'] / MB:.2f}"
                     for f in sorted(files, key=lambda f: -f["bytes"])[:6])
-    assert first <= limit, f"{rel} loads {first / MB:.2f} MB at first, over its {limit / MB:.1f} MB; the largest (MB): {top}"
+    assert first <= limit, (
+        f"{rel} loads {first / MB:.2f} MB at first, over its {limit / MB:.1f} MB; the largest (MB): {top}")
     assert scrolled <= limit, (
         f"{rel} loads {scrolled / MB:.2f} MB scrolled through, over its {limit / MB:.1f} MB; the largest (MB): {top}")
     scripts = [f["url"] for f in files if "/mathjax/" in f["url"] and ".js" in f["url"]]
@@ -306,7 +307,8 @@ def test_prerender_typesets_pages_and_widget_captions(tmp_path):
     state = {"version_major": 2, "version_minor": 0, "state": {"m1": {
         "model_name": "HTMLMathModel", "model_module": "@jupyter-widgets/controls",
         "model_module_version": "2.0.0",
-        "state": {"value": '<div class="normcore-caption">grows with \\(\\epsilon\\) &amp; \\(K &lt; 4\\), 0&ndash;7</div>'}}}}
+        "state": {"value": ('<div class="normcore-caption">grows with \\(\\epsilon\\) &amp; '
+                            '\\(K &lt; 4\\), 0&ndash;7</div>')}}}}
     page = tmp_path / "chapters" / "p.html"
     page.parent.mkdir()
     page.write_text(
@@ -314,7 +316,8 @@ def test_prerender_typesets_pages_and_widget_captions(tmp_path):
         '<p>Inline <span class="math notranslate nohighlight">\\(a &lt; b\\)</span>.</p>'
         '<div class="math notranslate nohighlight" id="equation-x"><span class="eqno">(1)</span>'
         "\\[y = \\gamma \\hat{x} + \\beta\\]</div>"
-        '<div class="math notranslate nohighlight amsmath">\\[\\begin{align}a &amp;= b\\\\ c &amp;= d\\end{align}\\]</div>'
+        '<div class="math notranslate nohighlight amsmath">'
+        '\\[\\begin{align}a &amp;= b\\\\ c &amp;= d\\end{align}\\]</div>'
         '<script type="application/vnd.jupyter.widget-state+json">' + json.dumps(state) + "</script>"
         "</body></html>", encoding="utf-8")
     counts = nm.prerender_site(tmp_path, config={"tex": {"packages": {"[-]": ["noundefined"]}}},
@@ -374,7 +377,7 @@ def test_widget_state_and_frames_leave_the_page(tmp_path):
         return buf.getvalue()
 
     webp, png = frame("webp", (720, 624), lossless=True), frame("png", (300, 100))
-    img = lambda fmt, data: (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode()}" '  # noqa: E731
+    img = lambda fmt, data: (f'<img src="data:image/{fmt};base64,{base64.b64encode(data).decode()}" '
                              'alt="a frame" style="max-width:100%;height:auto;width:360px">')
     state = {"version_major": 2, "version_minor": 0, "state": {
         "a": {"model_name": "HTMLModel", "state": {"value": img("webp", webp)}},
@@ -517,8 +520,8 @@ def test_notebooks_say_how_to_run_them():
 # --- the demo book: every kind of widget, and pages the checks must reject ------------------------
 
 GOOD_CELLS = [
-    ("markdown", "# Widget demo\n\nInline math $y = \\gamma \\hat{x} + \\beta$ and display math\n\n"
-                 "$$\n\\hat{x}_i = \\frac{x_i - \\mu_i}{\\sqrt{\\sigma_i^2 + \\epsilon}}\n$$"),
+    ("markdown", ("# Widget demo\n\nInline math $y = \\gamma \\hat{x} + \\beta$ and display math\n\n"
+                  "$$\n\\hat{x}_i = \\frac{x_i - \\mu_i}{\\sqrt{\\sigma_i^2 + \\epsilon}}\n$$")),
     ("code", textwrap.dedent('''\
         import matplotlib
         import matplotlib.pyplot as plt
@@ -581,7 +584,7 @@ BAD_MD = textwrap.dedent("""\
     <img src="_static/favicon.png" alt="0123456789abcdef0123456789abcdef.png">
 
     StaticWidget(norm=4, groups=3; 12 svg frames)
-""")
+""")  # noqa: E501 - the page's too-wide equation and code line are what the tests look for
 
 
 def _notebook(cells) -> nbformat.NotebookNode:

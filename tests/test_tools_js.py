@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tools" / "sitecheck"
 sys.path.insert(0, str(ROOT / "tools"))
 
-import sitecheck  # noqa: E402
-from sitecheck import _js  # noqa: E402
+import sitecheck  # noqa: E402 - importable once sys.path has its folder
+from sitecheck import _js  # noqa: E402 - importable once sys.path has its folder
 
 MODULES = sorted(PACKAGE.glob("*.py"))
 JS_FILES = sorted(p.stem for p in _js.JS_DIR.glob("*.js"))

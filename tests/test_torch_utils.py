@@ -486,9 +486,9 @@ def test_a_twin_whose_forward_calls_no_torch_norm_warns():
 
 
 def test_bad_input_gets_a_clear_error():
-    with pytest.raises(TypeError, match="expects a torch.nn.Module, got list"):
+    with pytest.raises(TypeError, match=r"expects a torch\.nn\.Module, got list"):
         nn.from_torch([tnn.BatchNorm2d(4)])
-    with pytest.raises(TypeError, match="expects a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"expects a torch\.nn\.Module"):
         nn.to_torch("model")
     model = tnn.Sequential(tnn.BatchNorm2d(4), tnn.LayerNorm(4, eps=0.0))
     with pytest.raises(ValueError, match=r"layer 1 \(LayerNorm\).*eps"):
@@ -516,7 +516,7 @@ def test_from_torch_and_to_torch_are_public():
 
 def test_twin_class_refuses_a_class_that_subclasses_no_torch_norm():
     from normcore.nn import convert
-    with pytest.raises(TypeError, match="Linear does not subclass a torch.nn norm"):
+    with pytest.raises(TypeError, match=r"Linear does not subclass a torch\.nn norm"):
         convert.twin_class(tnn.Linear)
 
 

@@ -7,13 +7,13 @@ import itertools
 import matplotlib
 
 matplotlib.use("Agg")
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as TF  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pytest
+import torch
+import torch.nn.functional as TF
+from matplotlib.figure import Figure
 
-from normcore.viz import batch as vb  # noqa: E402
-from normcore.widgets import Control, figure_to_png, static_widget  # noqa: E402
+from normcore.viz import batch as vb
+from normcore.widgets import Control, figure_to_png, static_widget
 
 SIZES = (2, 4, 8, 32)
 DRAWS = range(vb.NUM_DRAWS)

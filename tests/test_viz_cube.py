@@ -38,7 +38,6 @@ def parse(svg: str):
         if "data-n" not in g.attrib:
             continue
         n = int(g.get("data-n"))
-        C = None
         for p in g.iter(f"{SVG}path"):
             cls = set(p.get("class", "").split())
             state = cls & {"in-set", "element"}

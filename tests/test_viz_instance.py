@@ -11,12 +11,12 @@ import pytest
 import torch
 
 matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402
-from PIL import Image  # noqa: E402
+from matplotlib.figure import Figure
+from PIL import Image
 
-import normcore.functional as F  # noqa: E402
-from normcore.viz import instance as vi  # noqa: E402
-from normcore.widgets import figure_to_png  # noqa: E402
+import normcore.functional as F
+from normcore.viz import instance as vi
+from normcore.widgets import figure_to_png
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

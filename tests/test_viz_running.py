@@ -10,11 +10,11 @@ import pytest
 import torch
 
 matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.figure import Figure
 
-from normcore import experiments as E  # noqa: E402
-from normcore import stats  # noqa: E402
-from normcore.viz import running as R  # noqa: E402
+from normcore import experiments as E
+from normcore import stats
+from normcore.viz import running as R
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SMALL = dict(steps=60, shift_step=30, channels=16, heldout=64)
@@ -105,7 +105,7 @@ def test_gaps_match_their_definition(sim):
     evald = torch.nn.functional.batch_norm(xh, sim.running_mean[-1], sim.running_var[-1],
                                            training=False)
     ideal = (xh - E.AFTER.mean) / math.sqrt(E.AFTER.var + sim.eps)
-    rms = lambda d: d.pow(2).mean().sqrt()  # noqa: E731
+    rms = lambda d: d.pow(2).mean().sqrt()
     torch.testing.assert_close(sim.gap_train_eval[-1], rms(train - evald))
     torch.testing.assert_close(sim.gap_eval_ideal[-1], rms(evald - ideal))
 
@@ -204,7 +204,7 @@ def test_simulation_figure(sim):
     assert mean_ax.get_ylim() == other.axes[0].get_ylim() and var_ax.get_ylim() == other.axes[1].get_ylim()
     assert gap_ax.get_yscale() == "log"
     # the blue curve is channel 0's running_mean, starting at the initial value
-    line = [ln for ln in mean_ax.get_lines() if ln.get_color() == R.COLORS["running"]][0]
+    line = next(ln for ln in mean_ax.get_lines() if ln.get_color() == R.COLORS["running"])
     y = line.get_ydata()
     assert y[0] == sim.initial_mean and len(y) == sim.steps + 1
     assert torch.allclose(torch.as_tensor(y[1:]), sim.running_mean[:, 0])

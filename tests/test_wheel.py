@@ -216,8 +216,9 @@ def test_the_wheel_installs_and_runs_with_torch_alone(wheel, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True,
                    env=CLEAN_ENV, cwd=tmp_path)
     python = env / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True,
+    site = Path(subprocess.run([str(python), "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True,
                                check=True, env=CLEAN_ENV).stdout.strip())
     closure = torch_closure()
     link_distributions(closure.values(), site)

@@ -18,14 +18,14 @@ import numpy as np
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-from ipywidgets.embed import embed_data  # noqa: E402
-from ipywidgets.widgets.widget_link import DirectionalLink, Link  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from PIL import Image  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+from ipywidgets.embed import embed_data
+from ipywidgets.widgets.widget_link import DirectionalLink, Link
+from matplotlib.figure import Figure
+from PIL import Image
 
-from normcore.widgets import (  # noqa: E402
+from normcore.widgets import (
     DEFAULT_MAX_FRAMES,
     Control,
     StaticWidget,
@@ -351,7 +351,7 @@ def test_embedded_state_holds_frames_and_links():
     w = static_widget(svg_render, {"a": [1, 2, 3], "b": ["x", "y"]}, caption="cap")
     data = embed_data(views=[w])
     state = data["manager_state"]["state"]
-    by_id = {k: v for k, v in state.items()}
+    by_id = dict(state)
     control_ids = {c.model_id for c in w.controls.values()}
     # (the state holds every widget of this process; keep the links of this widget)
     links = [
@@ -418,14 +418,15 @@ def test_figure_to_png_keeps_the_figure_words():
     from normcore.widgets import png_description
 
     for colors in (256, None):
-        assert png_description(figure_to_png(titled_fig(1.0), colors=colors)) == "line of slope gamma (plot over step t)"
+        assert (png_description(figure_to_png(titled_fig(1.0), colors=colors))
+                == "line of slope gamma (plot over step t)")
     assert png_description(figure_to_png(fig_render(1.0))) == ""
 
 
 # --- a layout for phones (narrow=...) ----------------------------------------------------------
 
 def test_narrow_svg_frames_hold_both_layouts_and_a_style_picks_one():
-    narrow = lambda **v: svg_render(**v).replace('width="160"', 'width="80"')  # noqa: E731
+    narrow = lambda **v: svg_render(**v).replace('width="160"', 'width="80"')
     w = static_widget(svg_render, {"a": [1, 2]}, narrow=narrow)
     assert repr(w) == "StaticWidget(a=2; 2 svg frames, each also narrow)"
     for key, f in w.frames.items():

@@ -127,7 +127,7 @@ def test_scaled_std_conv2d_bad_input():
     conv = nn.ScaledStdConv2d(3, 4, 3)
     with pytest.raises(RuntimeError, match="channels"):
         conv(torch.randn(1, 5, 6, 6))
-    with pytest.raises(RuntimeError, match="3D .unbatched. or 4D"):
+    with pytest.raises(RuntimeError, match=r"3D \(unbatched\) or 4D"):
         conv(torch.randn(3, 6))
     # the weight goes through normcore's checks: a non-float weight is named as such
     with pytest.raises(TypeError, match="floating-point"):

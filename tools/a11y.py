@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import sitecheck
-
 ROOT = Path(__file__).resolve().parents[1]
 AXE_JS = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 #: The WCAG 2.1 level A and AA rules of axe-core.
@@ -138,16 +136,22 @@ _NAME_JS = """
         const k = kindOf(ctl);
         if (k === 'toggle') { const b = Array.from(ctl.querySelectorAll('button'));
                               return [b.findIndex(x => x.classList.contains('mod-active')), b.length]; }
-        if (k === 'slider') { const h = ctl.querySelector('.noUi-handle'), g = a => Math.round(parseFloat(h.getAttribute(a)));
-                              return [g('aria-valuenow') - g('aria-valuemin'), g('aria-valuemax') - g('aria-valuemin') + 1]; }
-        if (k === 'dropdown') { const s = ctl.querySelector('select'); return [s.selectedIndex, s.options.length]; }
+        if (k === 'slider') { const h = ctl.querySelector('.noUi-handle'),
+                                    g = a => Math.round(parseFloat(h.getAttribute(a)));
+                              return [g('aria-valuenow') - g('aria-valuemin'),
+                                      g('aria-valuemax') - g('aria-valuemin') + 1]; }
+        if (k === 'dropdown') { const s = ctl.querySelector('select');
+                                return [s.selectedIndex, s.options.length]; }
         return [null, null];
     };
     const valueOf = ctl => {
         const k = kindOf(ctl);
-        if (k === 'toggle') { const b = ctl.querySelector('button.mod-active'); return b ? b.textContent.trim() : null; }
-        if (k === 'slider') { const h = ctl.querySelector('.noUi-handle'); return h.getAttribute('aria-valuetext') || h.getAttribute('aria-valuenow'); }
-        if (k === 'dropdown') { const s = ctl.querySelector('select'); return s.selectedIndex >= 0 ? s.options[s.selectedIndex].text : null; }
+        if (k === 'toggle') { const b = ctl.querySelector('button.mod-active');
+                              return b ? b.textContent.trim() : null; }
+        if (k === 'slider') { const h = ctl.querySelector('.noUi-handle');
+                              return h.getAttribute('aria-valuetext') || h.getAttribute('aria-valuenow'); }
+        if (k === 'dropdown') { const s = ctl.querySelector('select');
+                                return s.selectedIndex >= 0 ? s.options[s.selectedIndex].text : null; }
         return null;
     };
 """

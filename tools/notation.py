@@ -394,7 +394,7 @@ def render(data: dict) -> str:
         if section.get("after"):
             parts += [section["after"].strip(), ""]
     parts += [data["local_intro"].strip(), ""]
-    for chapter, entry in sorted((data.get("local") or {}).items()):
+    for _chapter, entry in sorted((data.get("local") or {}).items()):
         items = "; ".join(f"{row['tex']} {row['meaning'].strip()}" for row in entry["symbols"])
         parts.append(f"- {entry['where']}: {items}.")
     parts += ["", data["footer"].strip(), ""]

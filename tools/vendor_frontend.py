@@ -30,7 +30,7 @@ DEST = ROOT / "assets" / "_vendor"
 # Of MathJax, the pages need only the CHTML fonts, where the stylesheet that the build writes
 # into each page points (the build's math extension says where)
 sys.path.insert(0, str(ROOT / "assets" / "sphinx_ext"))
-from normcore_math import FONTS_IN_MATHJAX as MATHJAX_FONTS  # noqa: E402
+from normcore_math import FONTS_IN_MATHJAX as MATHJAX_FONTS  # noqa: E402 - importable once sys.path has its folder
 
 
 def _want_mathjax(rel: Path) -> bool:

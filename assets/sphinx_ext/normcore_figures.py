@@ -38,8 +38,8 @@ from normcore_math import site_pages  # the same pages
 from normcore.images import (FIGURE_NARROW, FIGURE_TEXT_PX, NARROW_SCREEN_PX, narrow_from_svg,
                              png_pop_text, svg_size)
 
-_IMG = re.compile(r'<picture class="normcore-figure">.*?</picture>|<img\b([^>]*?)\bsrc="([^"]*_images/[^"/]+\.(png|svg))"([^>]*?)/?>',
-                  re.S)
+_IMG = re.compile(r'<picture class="normcore-figure">.*?</picture>'
+                  r'|<img\b([^>]*?)\bsrc="([^"]*_images/[^"/]+\.(png|svg))"([^>]*?)/?>', re.S)
 _STYLE = re.compile(r'\s*style="[^"]*"')
 
 

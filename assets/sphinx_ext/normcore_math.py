@@ -176,7 +176,8 @@ def _script_json(obj) -> str:
 
 # Every container MathJax makes in node carries the same inline style (node cannot measure
 # the reader's font: one scale for all); it goes into the stylesheet once instead.
-_CONTAINER_STYLE = re.compile(r'(<mjx-container class="MathJax" jax="CHTML") style="font-size: ([\d.]+)%; position: relative;"')
+_CONTAINER_STYLE = re.compile(r'(<mjx-container class="MathJax" jax="CHTML") '
+                              r'style="font-size: ([\d.]+)%; position: relative;"')
 
 
 _MATHML_NS = '<math xmlns="http://www.w3.org/1998/Math/MathML"'

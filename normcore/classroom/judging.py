@@ -20,14 +20,13 @@ from pathlib import Path
 
 from .capture import capture_path
 from .record import verdict
+import contextlib
 
 
 def _kill_group(pid: int | None) -> None:
     if pid:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def parse_options(text: str) -> dict:

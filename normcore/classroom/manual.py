@@ -100,8 +100,8 @@ def answers_file(label: str, chapter: str, rows: list[Row], model: dict | None =
         lines += ["## The question", "", model["question"], "",
                   "## The model answer", "", model["answer"], ""]
     else:
-        lines += ["(Pass the book's chapters with --chapters to see the question and the "
-                  "model answer here.)", ""]
+        lines += [("(Pass the book's chapters with --chapters to see the question and the "
+                   "model answer here.)"), ""]
     lines += ["## The answers", ""]
     for row in rows:
         name = names.get(row.student)

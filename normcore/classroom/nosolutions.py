@@ -44,7 +44,7 @@ def without_solutions(nb):
 def copy_without_solutions(root: str | Path, out: str | Path) -> Path:
     """Write the book at ``root`` into ``out`` without solutions; returns ``out``."""
     root, out = Path(root).resolve(), Path(out).resolve()
-    if out == root or root in out.parents and out.parts[len(root.parts)] != "_build":
+    if out == root or (root in out.parents and out.parts[len(root.parts)] != "_build"):
         raise ValueError(f"{out}: write the copy outside the book or under its _build/")
     if out.exists():
         shutil.rmtree(out)

@@ -121,7 +121,7 @@ def _index_notebook(nb, stem: str, index: BookIndex) -> None:
                 kind = ("exercise" if name == "exercise" else "equation" if name == "math"
                         else "admonition")
                 # the book numbers every exercise, and the equations that have a label
-                num = number(kind) if kind == "exercise" or kind == "equation" and label else ""
+                num = number(kind) if kind == "exercise" or (kind == "equation" and label) else ""
                 if label:
                     index.targets[label] = Target(stem, arg, kind, num)
 

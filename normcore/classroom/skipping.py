@@ -161,9 +161,9 @@ class _Names(ast.NodeVisitor):
             name = func.attr
             if name in STATE_CALLS:
                 self.state = True
-            if (name.endswith("_") and not name.startswith("_")) or name in CHANGING_METHODS:
-                if _root(func.value):
-                    self.binds.add(_root(func.value))
+            if (((name.endswith("_") and not name.startswith("_")) or name in CHANGING_METHODS)
+                    and _root(func.value)):
+                self.binds.add(_root(func.value))
         elif isinstance(func, ast.Name) and func.id in self.assigned:
             self.binds.add(func.id)
         if isinstance(func, ast.Name) and func.id in STATE_CALLS:

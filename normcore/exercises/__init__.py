@@ -178,7 +178,7 @@ from __future__ import annotations
 import importlib
 
 from .catalogue import CATALOGUE, Misconception
-from .driver import _distinct_candidates, check
+from .driver import check
 from .instructor import catalogue, catalogue_table, print_catalogue, reference, signature
 from .ops import REGISTRY as _OPS
 from .report import Report

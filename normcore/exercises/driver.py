@@ -3,8 +3,8 @@ the report (see :mod:`normcore.exercises.ops` for the order of the hooks)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -272,7 +272,7 @@ def _diagnose(impl: Op, base: dict, cases, outs, refs, options) -> Variant | Non
             pair = a + b
             try:
                 vals = [impl.evaluate(pair.spec(base), c) for c in cases]
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a pair of knobs that makes no sense together
                 continue
             if all_close(outs, vals, cases) and not all_close(vals, refs, cases):
                 return pair
@@ -322,8 +322,8 @@ def _report_not_finite(impl: Op, case: Case, got, err: dict) -> Report:
 
 
 def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
-    lines = ["Your function does not match the reference, and does not match any known "
-             "misconception."]
+    lines = [("Your function does not match the reference, and does not match any known "
+              "misconception.")]
     if err["text"]:
         lines.append(f"Largest error: {err['text']}.")
     good = [c.name for c, got, ref in zip(cases, outs, refs) if all_close([got], [ref], [c])]
@@ -347,8 +347,8 @@ def _unknown_message(impl: Op, cases, outs, refs, err) -> str:
                 or not impl.indexed_by_sample_and_channel):
             continue
         idx = wrong_values.nonzero()
-        samples = sorted(set(int(v) for v in idx[:, 0]))
-        channels = sorted(set(int(v) for v in idx[:, 1]))
+        samples = sorted({int(v) for v in idx[:, 0]})
+        channels = sorted({int(v) for v in idx[:, 1]})
         out = "" if len(impl.outputs) == 1 else f" of {impl.outputs[i]}"
         lines.append(f"In set {case.name} the wrong values{out} are in sample(s) "
                      f"{', '.join(map(str, samples))} of {t.shape[0]} and channel(s) "

@@ -14,7 +14,7 @@ a function that broadcasts gamma along the wrong one runs, and is named.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

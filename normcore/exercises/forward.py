@@ -9,7 +9,7 @@ variance formula (:func:`normcore.stats.var_naive`), the affine map, the group o
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as TF

@@ -51,8 +51,8 @@ class Case:
     def short(self) -> str:
         """The set's name with its shape and dtype only."""
         what = self.label.split(" of shape ")[0]
-        return f"set {self.name} ({what} of shape {shape_text(self.shape)}, " \
-               f"{dtype_text(self.dtype)})"
+        return (f"set {self.name} ({what} of shape {shape_text(self.shape)}, "
+                f"{dtype_text(self.dtype)})")
 
 
 # the draws themselves come from normcore.data, the one source of seeded inputs

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Callable
+from collections.abc import Callable
 
 from .catalogue import CATALOGUE, Misconception
 from .ops import REGISTRY, get_op

@@ -8,11 +8,12 @@
   dbeta)``.
 * ``rms_norm``: ``f(x, normalized_shape, gamma, eps) -> y``.
 
-Each mistake is the reference (:func:`normcore.functional.normalize` with a LayerNorm or
-an RMSNorm :class:`~normcore.axes.Layout`, or autograd through it) with one knob changed: the reduce set (BatchNorm's set, the last dim only),
-gamma and beta per channel, the variance formula (:func:`normcore.stats.var_naive`), the
-correction, where eps goes, the mean subtracted in RMSNorm, the mean's or the variance's
-gradient path dropped (detached), gamma taken out of the set sums as in BatchNorm.
+Each mistake is the reference (:func:`normcore.functional.normalize` with a LayerNorm or an
+RMSNorm :class:`~normcore.axes.Layout`, or autograd through it) with one knob changed: the
+reduce set (BatchNorm's set, the last dim only), gamma and beta per channel, the variance
+formula (:func:`normcore.stats.var_naive`), the correction, where eps goes, the mean
+subtracted in RMSNorm, the mean's or the variance's gradient path dropped (detached), gamma
+taken out of the set sums as in BatchNorm.
 """
 from __future__ import annotations
 

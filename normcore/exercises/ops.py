@@ -21,7 +21,7 @@ drives it through the hooks below, in this order:
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -68,7 +68,7 @@ class Op:
                 f"this op takes {', '.join(self.option_names)}")
         parsed = {"seed": int(options.get("seed", 0))}
         ndims = options.get("ndims", self.ndims_default)
-        ndims = (ndims,) if isinstance(ndims, int) else tuple(sorted(set(int(d) for d in ndims)))
+        ndims = (ndims,) if isinstance(ndims, int) else tuple(sorted({int(d) for d in ndims}))
         bad = [d for d in ndims if d not in self.ndims_allowed]
         if not ndims or bad:
             raise ValueError(

@@ -107,7 +107,7 @@ def parse_rules(rules) -> tuple[str, ...]:
             raise RuleError(f"a rule is a string, got {type(rule).__name__} ({rule!r})")
         if rule.startswith("once:"):
             name = rule[5:]
-            if not (name.startswith("torch.") or name.startswith("normcore.")) or \
+            if not name.startswith(("torch.", "normcore.")) or \
                     name.count(".") < 1:
                 raise RuleError(f"rule {rule!r}: write once:<qualified name>, e.g. "
                                 "once:torch.nn.functional.layer_norm")
@@ -141,7 +141,7 @@ class Calls:
                 "reshapes": [[n, list(a), list(b)] for n, a, b in self.reshapes]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Calls":
+    def from_dict(cls, d: dict) -> Calls:
         return cls(list(d.get("names", [])),
                    [(n, tuple(a), tuple(b)) for n, a, b in d.get("reshapes", [])])
 
@@ -243,10 +243,8 @@ def _globals_reached(fn, seen=None) -> list[tuple[dict, str]]:
             out.append((g, name))
             out += _globals_reached(g[name], seen)
     for cell in fn.__closure__ or ():
-        try:
+        with contextlib.suppress(ValueError):
             out += _globals_reached(cell.cell_contents, seen)
-        except ValueError:
-            pass
     return out
 
 
@@ -311,12 +309,12 @@ def violations(rules, calls: Calls, case=None, big: Calls | None = None) -> list
         for name, before, target in calls.reshapes:
             if len(before) >= 2 and before[0] == n and len(target) >= 2 and \
                     target[0] in (n, -1) and target[1] == g and before[1] != g:
-                found.append(("no-group-reshape", f"{name.split('.')[-1]} of a tensor of "
-                              f"shape {tuple(before)} to {tuple(target)}"))
+                found.append(("no-group-reshape", (f"{name.split('.')[-1]} of a tensor of "
+                               f"shape {tuple(before)} to {tuple(target)}")))
                 break
     if "no-sample-loop" in rules and big is not None and len(big.names) > len(calls.names):
-        found.append(("no-sample-loop", f"{len(calls.names)} torch calls for the batch, "
-                      f"{len(big.names)} for twice that batch"))
+        found.append(("no-sample-loop", (f"{len(calls.names)} torch calls for the batch, "
+                       f"{len(big.names)} for twice that batch")))
     for name in sorted(once):
         k = calls.names.count(name)
         if k != 1:

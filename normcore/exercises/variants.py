@@ -52,7 +52,7 @@ class Variant:
         s.update(dict(self.changes))
         return s
 
-    def __add__(self, other: "Variant") -> "Variant":
+    def __add__(self, other: Variant) -> Variant:
         return Variant(self.keys + other.keys, self.changes + other.changes,
                        self.details + other.details)
 

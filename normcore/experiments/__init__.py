@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import importlib
 
-from .running import *  # noqa: F401,F403
+from .running import *  # noqa: F403 - the running experiment's names, as its __all__ lists
 from .running import __all__ as _running_all
 from .._extras import require
 

@@ -42,7 +42,7 @@ batches made as in training.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as TF

@@ -21,8 +21,8 @@ variance) by ``m <- m + momentum (batch - m)``.
 The part of the formula that is BN's, :math:`(x - \mu_B)/\sigma_B` with its gradient, is
 BatchNorm's training forward (torch's fused kernel, the function
 :func:`normcore.functional.batch_norm` computes, faster on the small tensors of the chapter's
-runs); this module adds ``r``, ``d``, the clipping and the buffers.  :func:`schedule` is a warm-up of the clipping bounds in the manner of the paper's,
-for a run of any length.
+runs); this module adds ``r``, ``d``, the clipping and the buffers.  :func:`schedule` is a
+warm-up of the clipping bounds in the manner of the paper's, for a run of any length.
 """
 from __future__ import annotations
 

@@ -37,10 +37,11 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -82,7 +83,7 @@ class Experiment:
 
 # --- statistics ---------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def _t_quantile(level: float, df: int) -> float:
     from scipy import stats  # Student t quantiles: scipy's are exact, ours would not be
 
@@ -193,7 +194,7 @@ class Results:
         va, vb = self.values(metric, **a), self.values(metric, **b)
         return interval(x - y for x, y in zip(va, vb))
 
-    def table(self, metric: str, label: Callable[[Mapping[str, Any]], str] = None,
+    def table(self, metric: str, label: Callable[[Mapping[str, Any]], str] | None = None,
               digits: int = 3, seed_digits: int = 2) -> str:
         """One row per config: its label, the per-seed values (``seed_digits`` decimals, so
         that eight seeds fit a page's column), the mean and its 95% interval."""

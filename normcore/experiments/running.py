@@ -31,8 +31,8 @@ momentum's (or the shift's) alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 
@@ -143,7 +143,7 @@ def _draw(batch_size, shift, seed, steps, shift_step, channels, heldout, before,
     return x, z_held, true_mean, true_var
 
 
-def simulation_batches(sim: "RunningSimulation") -> torch.Tensor:
+def simulation_batches(sim: RunningSimulation) -> torch.Tensor:
     """The training batches of ``sim``, shape ``(steps, batch_size, channels)``, float64.
 
     Regenerated from the run's seed and arguments (the simulation does not keep them), so

@@ -8,7 +8,8 @@ see it.  The workers are importable module functions, so they work with any star
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -145,8 +146,8 @@ def compare_per_device_vs_sync(seed: int, local_batch_sizes: Sequence[int], num_
     for name, model in models.items():
         model.eval()
         whole = name in ("full", "torch")
-        if not whole and (name == "per_device" and not per_device_ok
-                          or not track_running_stats and local_count == 1):
+        if not whole and ((name == "per_device" and not per_device_ok)
+                          or (not track_running_stats and local_count == 1)):
             rec[name]["eval_output"] = None  # BN cannot normalize one value by itself
             continue
         with torch.no_grad():
@@ -157,7 +158,7 @@ def compare_per_device_vs_sync(seed: int, local_batch_sizes: Sequence[int], num_
     gathered = all_gather_moments(loc)
     merged = merge(gathered)
     two_pass = local_moments(x_full.to(torch.float64))
-    as_tuple = lambda m: (int(m.count), m.mean.clone(), m.m2.clone())  # noqa: E731
+    as_tuple = lambda m: (int(m.count), m.mean.clone(), m.m2.clone())
     return {
         "rank": rank, "world_size": world, "bounds": bounds, "x": xs,
         "moments": {"local": as_tuple(loc), "gathered": [as_tuple(m) for m in gathered],

@@ -25,7 +25,8 @@ import multiprocessing
 import os
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["pool", "kept", "shutdown", "submit", "take"]
 

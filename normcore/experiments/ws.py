@@ -95,7 +95,7 @@ def train(kind: str, batch_size: int, seed: int = 0, *, epochs: int = 3, n_train
     gen = torch.Generator().manual_seed(3000 + seed)
     steps, last = 0, []
     model.train()
-    for epoch in range(epochs):
+    for _epoch in range(epochs):
         order = torch.randperm(n_train, generator=gen)
         losses = []
         for i in range(0, n_train - batch_size + 1, batch_size):

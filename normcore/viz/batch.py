@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from matplotlib.figure import Figure

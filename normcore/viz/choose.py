@@ -3,7 +3,7 @@
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
@@ -21,7 +21,8 @@ def cost_figure(cost: dict, keys: Sequence[str] = (*choose.KEYS, "batch eval"),
     """Horizontal bars: each layer's time (``kind``, the fastest round) in % of the 3x3
     convolution's on the same tensor (its fastest round too), torch's and normcore's side by
     side, each labelled with its percentage at its end, and a thin line on to the median
-    round's, ending in a tick; a layer normcore has no op for says so in place of its bar.  ``narrow``: the phone layout."""
+    round's, ending in a tick; a layer normcore has no op for says so in place of its bar.
+    ``narrow``: the phone layout."""
     names = {k: choose.ROWS[k].short if k in choose.ROWS else "BN, eval" for k in keys}
     if narrow:
         fig = phone.figure(4.6)

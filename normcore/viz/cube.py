@@ -51,17 +51,16 @@ import html
 import math
 import numbers
 import re
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 from .. import axes
 from ..functional import normalize
 
-__all__ = [
-    "SetStatistics", "set_mask", "set_statistics", "cube_svg", "cube_panels_svg",
-    "MAX_N", "MAX_C", "MAX_S",
-]
+__all__ = ["SetStatistics", "set_mask", "set_statistics", "cube_svg", "cube_panels_svg",
+           "MAX_N", "MAX_C", "MAX_S"]
 
 #: The largest tensors the cube is drawn for: it is a diagram, one cell per element.
 MAX_N, MAX_C, MAX_S = 8, 16, 16

@@ -16,7 +16,6 @@ carries ``data-groups``, ``data-element``, ``data-size`` (:math:`|S_i|`) and
 from __future__ import annotations
 
 import html
-import math
 
 import torch
 
@@ -80,8 +79,8 @@ def group_explorer_svg(x: torch.Tensor, num_groups: int, element=(0, 0, 0), *,
     # the histogram goes under the cube, so that the frame stays narrow enough to be shown at
     # full size (its text >= 10 px) in the book's column
     left, y0 = 60, ch + 40
-    body = [f'<text x="{left - 30}" y="{ch + 22}" style="font:bold 13.5px sans-serif;fill:#222">'
-            f'{_sub(f"normalized values of S_i ({len(values)})")}</text>']
+    body = [(f'<text x="{left - 30}" y="{ch + 22}" style="font:bold 13.5px sans-serif;fill:#222">'
+             f'{_sub(f"normalized values of S_i ({len(values)})")}</text>')]
     bw = _HW / len(counts)
     for k, cnt in enumerate(counts):
         h = _HH * cnt / top

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from matplotlib.figure import Figure
@@ -237,8 +238,8 @@ def numerics_svg(offset: float, dtype: torch.dtype = torch.float32,
     def sy(v):
         return py0 + size - (v + lim) / (2 * lim) * size
 
-    body = [f'<text class="h" x="4" y="18">{_esc(method)} variance in {_dtype_name(dtype)}, '
-            f'mean offset {offset:g}</text>']
+    body = [(f'<text class="h" x="4" y="18">{_esc(method)} variance in {_dtype_name(dtype)}, '
+             f'mean offset {offset:g}</text>')]
     n = r.values.numel()
     overflow = float(r.values.double().abs().max()) ** 2 > torch.finfo(dtype).max
     if math.isfinite(r.var):

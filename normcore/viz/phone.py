@@ -9,7 +9,7 @@ the book's 80 px per inch, about the text column of a 390 px phone.  Its text is
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure

@@ -19,7 +19,7 @@ registered with pyplot), so a cell that returns one shows it once.
 from __future__ import annotations
 
 import numbers
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from matplotlib.figure import Figure

@@ -52,9 +52,9 @@ def standardize_svg(scale: float, shift: float, convention: str,
 
     title = (f"Raw weights scaled by {scale:g} and shifted by {shift:g} (top), and their "
              f"'{convention}' weight standardization (bottom), one row per output channel")
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {2 * panel_h + 8}" '
-           f'width="{width}" height="{2 * panel_h + 8}" style="max-width: 100%; height: auto" role="img" '
-           f'font-family="DejaVu Sans, Arial, sans-serif" font-size="{font}">',
+    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {2 * panel_h + 8}" '
+            f'width="{width}" height="{2 * panel_h + 8}" style="max-width: 100%; height: auto" role="img" '
+            f'font-family="DejaVu Sans, Arial, sans-serif" font-size="{font}">'),
            f"<title>{_esc(title)}</title>",
            f'<rect width="{width}" height="{2 * panel_h + 8}" fill="#ffffff"/>']
     panels = ((raw, f"raw weights aW + \u03b4   (a = {scale:g}, \u03b4 = {shift:g})"),

@@ -53,7 +53,7 @@ class LocalServer:
         self.origin = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         self.thread.start()
         return self
 

@@ -6,6 +6,7 @@ widget responds. The JavaScript is in js/<name>.js.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from . import _js
@@ -21,10 +22,8 @@ def wait_for_widgets(page, timeout_ms: int = 20_000) -> None:
     """Bring every widget into view once (its manager loads then), and wait up to
     `timeout_ms` until all are rendered; a widget that is not is left to inspect_widgets."""
     page.evaluate(_js.load("widgets_into_view"))
-    try:
+    with contextlib.suppress(Exception):  # a widget that does not render: inspect_widgets says so
         page.wait_for_function(_js.load("widgets_rendered"), timeout=timeout_ms)
-    except Exception:  # noqa: BLE001 - reported by inspect_widgets
-        pass
 
 
 def load_ms(page) -> float:
@@ -51,10 +50,8 @@ def loaded_bytes(page) -> int:
 
 def settle(page, quiet_ms: int = 500, timeout_ms: int = 15_000) -> None:
     """Wait until the page has fetched nothing for `quiet_ms`."""
-    try:
+    with contextlib.suppress(Exception):  # a page that never settles is measured as it is
         page.wait_for_load_state("networkidle", timeout=timeout_ms)
-    except Exception:  # noqa: BLE001 - a page that never settles is measured as it is
-        pass
     page.wait_for_timeout(quiet_ms // 5)
 
 
