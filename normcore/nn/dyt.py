@@ -181,9 +181,9 @@ def _turn_off_fused_path(module: Module) -> None:
     if isinstance(module, torch.nn.TransformerEncoderLayer):
         if isinstance(module.norm1, DyT) or isinstance(module.norm2, DyT):
             module.activation_relu_or_gelu = 0
-    elif isinstance(module, torch.nn.TransformerEncoder):
-        if any(isinstance(m, DyT) for m in module.modules()):
-            module.use_nested_tensor = False
+    elif isinstance(module, torch.nn.TransformerEncoder) and \
+            any(isinstance(m, DyT) for m in module.modules()):
+        module.use_nested_tensor = False
 
 
 @fill_defaults
