@@ -42,11 +42,13 @@ forward and backward 2.7-3.2x torch's time before, 2.2-2.4x after, on one thread
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
 from .axes import Layout
-from .core import compute_dtype, inverse_std, sum_of_squares, writes_in_place
+from .core import (compute_dtype, inverse_std, output_format, sum_of_squares,
+                   writes_in_place)
 
 __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward",
            "forward_function", "backward_function"]
@@ -69,14 +71,29 @@ def applies(lay: Layout, x: torch.Tensor) -> bool:
     # (which fuses the plain path's passes itself)
     if torch.compiler.is_compiling() or not writes_in_place():
         return False
-    if x.numel() < MIN_ELEMENTS or not x.is_contiguous():
+    if x.numel() < MIN_ELEMENTS:
         return False
-    if lay.norm in ("group", "instance"):
-        return x.dim() >= 3
+    if lay.norm in ("group", "instance"):          # channels_last: on a contiguous copy
+        return x.dim() >= 3 and (x.is_contiguous() or _channels_last(x))
+    if not x.is_contiguous():
+        return False
     nd, k = len(lay.view_shape), len(lay.reduce_dims)
     return (lay.norm in ("layer", "rms") and lay.reduce_dims == tuple(range(nd - k, nd))
             and lay.num_sets > 1
             and tuple(lay.affine_view_shape[nd - k:]) == tuple(lay.view_shape[nd - k:]))
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    """Whether ``x`` is ``channels_last`` (4-d) or ``channels_last_3d`` (5-d) memory."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    return fmt is not None and x.is_contiguous(memory_format=fmt)
+
+
+def _memory_format(x: torch.Tensor) -> torch.memory_format:
+    """``x``'s memory format: contiguous, or ``channels_last`` (3d) when it is that."""
+    if x.is_contiguous() or not _channels_last(x):
+        return torch.contiguous_format
+    return torch.channels_last if x.dim() == 4 else torch.channels_last_3d
 
 
 def _blocks(rows: int, row_size: int):
@@ -88,16 +105,17 @@ def _blocks(rows: int, row_size: int):
 
 
 def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    """``(y, mean, var, inv_std)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
-    dtype, the statistics of shape ``lay.stat_shape`` (``mean`` zeros when uncentered).
+    """``(y, mean, var, inv_std, kept)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
+    dtype, the statistics of shape ``lay.stat_shape`` (``mean`` zeros when uncentered), and
+    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).
 
     Every step writes into a buffer made before the loop (``out=``): small temporaries
     made between the large allocations fragment the heap, and the next call's output then
     comes from fresh pages (page faults cost more than the whole computation)."""
     cdt = compute_dtype(x.dtype)
     n, sets = lay.set_size, lay.num_sets
-    stats = torch.zeros(4, sets, 1, dtype=cdt, device=x.device)
-    mean, var, inv, delta = stats[0], stats[1], stats[2], stats[3]
+    stats = torch.zeros(5, sets, 1, dtype=cdt, device=x.device)
+    mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
     w = None if weight is None else weight.to(cdt).reshape(1, n)
     b = None if bias is None else bias.to(cdt).reshape(1, n)
     x2 = x.reshape(sets, n)
@@ -106,13 +124,16 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     for s, e in _blocks(sets, n):
         xb, yb, v, r = x2[s:e].to(cdt), y2[s:e], var[s:e], inv[s:e]
         if lay.centered:
-            mu = torch.sum(xb, 1, keepdim=True, out=mean[s:e]).div_(n)          # mu
-            c = torch.sub(xb, mu, out=yb)                                        # x - mu
-            _correct_mean(c, mu, delta[s:e], n)
+            mu = torch.sum(xb, 1, keepdim=True, out=mu0[s:e]).div_(n)           # mu0
+            c = torch.sub(xb, mu, out=yb)                                        # x - mu0
+            d = torch.sum(c, 1, keepdim=True, out=delta[s:e]).div_(n)           # delta
+            _variance(c, d, n, v)                                                # sigma^2
         else:
             c = xb                                                               # RMSNorm
-        v.copy_(sum_of_squares(c).view(-1, 1)).div_(n)                           # sigma^2
+            v.copy_(sum_of_squares(c).view(-1, 1)).div_(n)                      # mean square
         r.copy_(inverse_std(v, eps))                                             # r
+        if lay.centered and not _negligible(d, r):
+            c.sub_(d)                                                            # x - mu
         torch.mul(c, r, out=yb)                                                  # x_hat
         if w is not None and b is not None:
             torch.addcmul(b, yb, w, out=yb)                                      # gamma x_hat + beta
@@ -121,41 +142,49 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
         elif b is not None:
             yb.add_(b)
     shape = lay.stat_shape
-    return y, mean.reshape(shape), var.reshape(shape), inv.reshape(shape)
+    mean = torch.add(mu0, delta, out=stats[4]).reshape(shape)                   # mu0 + delta
+    return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
 
 
-def _correct_mean(c: torch.Tensor, mu: torch.Tensor, delta: torch.Tensor, n: int) -> None:
-    """In place, on ``c = x - mu`` (one set per row of ``c``'s ``(sets, -1)`` view): the
-    mean of ``c`` (the rounding error of ``mu``, :func:`normcore.core.moments`) into
-    ``delta``, then subtracted from ``c`` and added to ``mu``."""
-    rows2 = c.view(delta.shape[0], -1)
-    torch.sum(rows2, 1, keepdim=True, out=delta).div_(n)
-    rows2.sub_(delta)
-    mu.add_(delta.view(mu.shape))
+def _variance(c: torch.Tensor, delta: torch.Tensor, n: int, out: torch.Tensor) -> torch.Tensor:
+    r""":math:`\sigma^2 = \frac1n\sum_S c^2 - \delta^2` into ``out`` (one per row of ``c``'s
+    ``(sets, -1)`` view), for ``c = x - mu0`` whose mean is ``delta``: the corrected
+    two-pass formula, the variance of ``c - delta`` without forming it (one pass fewer)."""
+    ssq = sum_of_squares(c.view(delta.shape[0], -1)).view(-1, 1)
+    return torch.sub(ssq.div_(n), delta * delta, out=out)
 
 
-def _centered(x: torch.Tensor, out: torch.Tensor, lead: int, n: int) -> torch.Tensor:
-    """``x - mu`` into ``out``, one set per index of the ``lead`` leading dims, with mu
-    recomputed from x and corrected as the forward corrects it (the saved mean, rounded
-    once more, would shift every x_hat by a rounding of ``|mu| / sigma``)."""
-    mu = x.sum(tuple(range(lead, x.dim())), keepdim=True).div_(n)
-    c = torch.sub(x, mu, out=out)
-    _correct_mean(c, mu, torch.empty(math.prod(x.shape[:lead]), 1, dtype=mu.dtype,
-                                     device=mu.device), n)
-    return c
+def _negligible(delta: torch.Tensor, inv_std: torch.Tensor) -> bool:
+    r"""Whether subtracting ``delta`` (the rounding error of the mean) would move no
+    :math:`\hat x = (c - \delta)\,r` by more than an eighth of a rounding of 1: then the
+    pass over the block that subtracts it is skipped (on inputs whose mean is not large
+    beside their spread it is a few thousandths of a rounding; where it is, it is taken)."""
+    bound = torch.finfo(delta.dtype).eps / 16
+    return bool((delta * inv_std).abs().max() <= bound)
 
 
-def backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, inv_std: torch.Tensor,
+def _shifts(kept: torch.Tensor):
+    r"""``(mu0, delta)`` from what the forward kept: ``mu0`` the rounded mean the forward
+    centered with, ``delta`` the mean of ``x - mu0`` (the rounding error of ``mu0``).  The
+    backward recomputes ``x - mu0`` from the saved input, bit for bit the forward's, and takes
+    ``delta`` into its small per-set factors (GN, IN) or subtracts it (LN, when it is not
+    negligible): the mean, rounded once more, would shift every :math:`\hat x` by a
+    rounding of :math:`|\mu|/\sigma`."""
+    return kept[0], kept[1]
+
+
+def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torch.Tensor,
              weight, lay: Layout, need_x: bool, need_w: bool, need_b: bool,
              x_dtype: torch.dtype, bias_dtype: torch.dtype | None):
     """``(dL/dx, dL/dgamma, dL/dbeta)`` in the dtypes of x, gamma and beta (None where not
-    needed), block by block from the saved input and statistics; every step writes into a
-    buffer made before the loop, as in :func:`forward`."""
+    needed), block by block from the saved input, ``kept`` (:func:`_shifts`) and ``r``;
+    every step writes into a buffer made before the loop, as in :func:`forward`."""
     n, sets = lay.set_size, lay.num_sets
     cdt = inv_std.dtype
     steps = _blocks(sets, n)
     w = None if weight is None else weight.to(cdt).reshape(n)
-    mu, r2 = mean.reshape(sets, 1), inv_std.reshape(sets, 1)
+    mu0, delta = _shifts(kept)
+    r2 = inv_std.reshape(sets, 1)
     sums = torch.empty(2, sets, 1, dtype=cdt, device=g.device)        # per row, per block
     parts = torch.zeros(2, len(steps), n, dtype=cdt, device=g.device)  # gamma, beta sums
     tmp = torch.empty(2, min(steps[0][1], sets), n, dtype=cdt, device=g.device)
@@ -165,7 +194,10 @@ def backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, inv_std: torc
         gb, rb = g2[s:e], r2[s:e]
         xhat, prod = tmp[0, :e - s], tmp[1, :e - s]
         if lay.centered:
-            _centered(x2[s:e].to(cdt), xhat, 1, n).mul_(rb)                 # x_hat
+            c = torch.sub(x2[s:e].to(cdt), mu0[s:e], out=xhat)          # x - mu0
+            if not _negligible(delta[s:e], rb):
+                c.sub_(delta[s:e])                                      # x - mu
+            c.mul_(rb)                                                  # x_hat
         else:
             torch.mul(x2[s:e].to(cdt), rb, out=xhat)
         torch.mul(gb, xhat, out=prod)                                   # g x_hat
@@ -203,71 +235,135 @@ def backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, inv_std: torc
 # ---------------------------------------------------------------------------------------
 # GroupNorm and InstanceNorm: nothing full-size kept, x - mu recomputed in the backward
 # ---------------------------------------------------------------------------------------
-def _group_view(lay: Layout):
-    """``(N, G, C/G, P)`` with ``P`` the number of positions: GN's view with the positions
-    flattened, and IN's as GN with one channel per group."""
+class _Groups(NamedTuple):
+    """GN's sets on the memory of x, with no copy: ``view`` is ``(N, G, C/G, P)`` for a
+    contiguous input and ``(N, P, G, C/G)`` for a ``channels_last`` one (``P`` positions;
+    IN is GN with one channel per group); sums over ``pos`` give one value per channel,
+    then over ``chan`` one per group."""
+
+    view: tuple
+    pos: int
+    chan: int
+    n: int
+
+    def of(self, t: torch.Tensor, cdt: torch.dtype) -> torch.Tensor:
+        """``t`` (of the input's shape and memory format) as the view, in ``cdt``."""
+        if self.pos == 1:
+            return t.movedim(1, -1).reshape(self.view).to(cdt)
+        return t.reshape(self.view).to(cdt)
+
+    def per_group(self, t: torch.Tensor) -> torch.Tensor:
+        """A value per (sample, group), ``(N * G, 1)``, broadcastable against the view."""
+        N, G = self.view[0], self.view[1 if self.pos == 3 else 2]
+        return t.view((N, G, 1, 1) if self.pos == 3 else (N, 1, G, 1))
+
+    def per_channel(self, t: torch.Tensor) -> torch.Tensor:
+        """gamma or beta, ``(C,)``, broadcastable against the view."""
+        return t.view((1,) + tuple(1 if k == self.pos else s for k, s in
+                                   enumerate(self.view) if k > 0))
+
+    def group_sum(self, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The sum of ``t`` (the view's shape) over each set, into ``out`` (``(N * G, 1)``)."""
+        if self.pos == 3:               # contiguous: a row of (N G, C/G P) per set
+            return torch.sum(t.reshape(out.shape[0], -1), 1, keepdim=True, out=out)
+        torch.sum(t.sum(1, keepdim=True), 3, keepdim=True, out=self.per_group(out))
+        return out
+
+    def sum_of_squares(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The squared norm of each set of ``c``, into ``out`` (``(N * G, 1)``); for a
+        ``channels_last`` view by blocks of samples, each squared into a block temporary
+        (``vector_norm`` over the strided positions was 10x slower)."""
+        if self.pos == 3:
+            return out.copy_(sum_of_squares(c.reshape(out.shape[0], -1)).view(-1, 1))
+        N = c.shape[0]
+        step = max(1, BLOCK_ELEMENTS // max(c[0].numel(), 1))
+        tmp = torch.empty((min(step, N),) + tuple(c.shape[1:]), dtype=c.dtype, device=c.device)
+        sq = torch.empty(N, 1, *c.shape[2:], dtype=c.dtype, device=c.device)
+        for s in range(0, N, step):
+            e = min(s + step, N)
+            t = torch.mul(c[s:e], c[s:e], out=tmp[:e - s])
+            torch.sum(t, 1, keepdim=True, out=sq[s:e])
+        torch.sum(sq, 3, keepdim=True, out=self.per_group(out))
+        return out
+
+
+def _groups(lay: Layout, x: torch.Tensor) -> _Groups:
+    """The :class:`_Groups` of ``lay`` on ``x``'s memory (contiguous or ``channels_last``)."""
     N, G = lay.view_shape[0], lay.view_shape[1]
     P = lay.set_size * G // lay.shape[1] if lay.norm == "group" else lay.set_size
-    return N, G, lay.shape[1] // G, P
+    Cg = lay.shape[1] // G
+    if x.is_contiguous():
+        return _Groups((N, G, Cg, P), 3, 2, lay.set_size)
+    return _Groups((N, P, G, Cg), 1, 3, lay.set_size)
 
 
 def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    r"""GN, IN: the plain path's steps (a row sum, x - mu into the output, the squared
-    norm of each centered set, then :math:`(x-\mu)(\gamma r) + \beta` in place); the
-    backward gets x, mu and r, not the full-size x - mu the plain path keeps, so that the
-    output is the only full-size tensor made (each fresh one costs its page faults)."""
+    r"""GN, IN: a sum per set (``mu0``), ``x - mu0`` into the output, then the mean
+    ``delta`` and the squared norm of each centered set (the variance as in
+    :func:`_variance`), and :math:`(x-\mu_0)(\gamma r) + (\beta - \delta\,\gamma r)` in
+    place: the correction of the mean goes into the small per-channel shift, not through
+    the full-size tensor.  The backward gets x, ``(mu0, delta)`` and r, not the full-size
+    x - mu the plain path keeps, so that the output is the only full-size tensor made (each
+    fresh one costs its page faults).  On a ``channels_last`` input every pass runs on the
+    ``(N, P, G, C/G)`` view of its memory, and the output keeps that format, as torch's.
+    Returns ``(y, mean, var, inv_std, kept)``."""
     cdt = compute_dtype(x.dtype)
-    N, G, Cg, P = _group_view(lay)
-    stats = torch.empty(4, N * G, 1, dtype=cdt, device=x.device)
-    mean, var, inv = stats[0], stats[1], stats[2]
-    xv = x.reshape(N, G, Cg, P).to(cdt)
-    y = torch.empty(lay.shape, dtype=cdt, device=x.device)
-    yv = y.view(N, G, Cg, P)
-    torch.sum(xv.reshape(N * G, -1), 1, keepdim=True, out=mean).div_(lay.set_size)      # mu
-    torch.sub(xv, mean.view(N, G, 1, 1), out=yv)                                    # x - mu
-    _correct_mean(yv, mean, stats[3], lay.set_size)
-    var.copy_(sum_of_squares(yv.view(N * G, -1)).view(-1, 1)).div_(lay.set_size)  # sigma^2
-    inv.copy_(inverse_std(var, eps))                                                # r
-    scale = inv.view(N, G, 1, 1)
+    grp = _groups(lay, x)
+    n = grp.n
+    sets = lay.num_sets
+    stats = torch.empty(5, sets, 1, dtype=cdt, device=x.device)
+    mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
+    xv = grp.of(x, cdt)
+    y = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
+    yv = grp.of(y, cdt)
+    grp.group_sum(xv, mu0).div_(n)                                               # mu0
+    torch.sub(xv, grp.per_group(mu0), out=yv)                                   # x - mu0
+    grp.group_sum(yv, delta).div_(n)                                             # delta
+    grp.sum_of_squares(yv, var).div_(n).sub_(delta * delta)                      # sigma^2
+    inv.copy_(inverse_std(var, eps))                                             # r
+    scale = grp.per_group(inv)
     if weight is not None:
-        scale = scale * weight.to(cdt).view(1, G, Cg, 1)                            # gamma r
-    yv.mul_(scale)
-    if bias is not None:
-        yv.add_(bias.to(cdt).view(1, G, Cg, 1))                                     # + beta
+        scale = scale * grp.per_channel(weight.to(cdt))                          # gamma r
+    shift = grp.per_group(delta) * scale                                         # delta gamma r
+    shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
+    yv.mul_(scale).add_(shift)                                                   # + beta
     shape = lay.stat_shape
-    return y, mean.reshape(shape), var.reshape(shape), inv.reshape(shape)
+    mean = torch.add(mu0, delta, out=stats[4]).reshape(shape)                   # mu0 + delta
+    return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
 
 
-def backward_groups(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
                     inv_std: torch.Tensor, weight, lay: Layout, need_x: bool, need_w: bool,
                     need_b: bool, x_dtype: torch.dtype, bias_dtype: torch.dtype | None):
     r"""GN, IN: the boxed formula with gamma constant over the positions (module docstring of
-    :mod:`normcore.grad`), x - mu recomputed into the gradient's own buffer: once for
-    :math:`\sum g\,(x-\mu)` per channel, once for the gradient.  Returns the three
-    gradients in the dtypes of x, gamma and beta (None where not needed)."""
+    :mod:`normcore.grad`), ``c = x - mu0`` recomputed into the gradient's own buffer (one
+    pass each): once for :math:`\sum g\,c` per channel, once for the gradient; the
+    mean's correction ``delta`` (:func:`_shifts`) is taken in the small per-channel
+    factors, :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g` and
+    :math:`(x-\mu)\,s + t = c\,s + (t - \delta s)`.  ``g`` and ``x`` in the same memory
+    format (contiguous or ``channels_last``), and so is the input's gradient.  Returns the
+    three gradients in the dtypes of x, gamma and beta (None where not needed)."""
     cdt = inv_std.dtype
-    N, G, Cg, P = _group_view(lay)
-    n = lay.set_size
-    mu, r = mean.reshape(N, G, 1, 1), inv_std.reshape(N, G, 1, 1)
-    w = None if weight is None else weight.to(cdt).view(1, G, Cg, 1)
-    sums = torch.empty(2, N, G, Cg, 1, dtype=cdt, device=g.device)
-    xv, gv = x.reshape(N, G, Cg, P).to(cdt), g.reshape(N, G, Cg, P).to(cdt)
-    torch.sum(gv.reshape(-1, P), 1, keepdim=True, out=sums[0].view(-1, 1))         # sum_P g
-    sum_g, sum_gxhat = sums[0], sums[1]
-    dx = None
+    grp = _groups(lay, x)
+    n, pos, chan = grp.n, grp.pos, grp.chan
+    mu0, delta = (grp.per_group(t) for t in _shifts(kept))
+    r = grp.per_group(inv_std)
+    w = None if weight is None else grp.per_channel(weight.to(cdt))
+    xv, gv = grp.of(x, cdt), grp.of(g, cdt)
+    sum_g = gv.sum(pos, keepdim=True)                                            # sum_P g
+    sum_gxhat = dx = None
     if need_x or need_w:
-        dx = torch.empty(lay.shape, dtype=cdt, device=g.device)
-        out = dx.view(N, G, Cg, P)
-        _centered(xv, out, 2, n).mul_(gv)                                              # g (x - mu)
-        torch.sum(out.view(-1, P), 1, keepdim=True, out=sum_gxhat.view(-1, 1))
-        sum_gxhat.mul_(r)                                                           # sum_P g x_hat
+        dx = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
+        out = grp.of(dx, cdt)
+        torch.sub(xv, mu0, out=out).mul_(gv)                                     # g (x - mu0)
+        sum_gxhat = out.sum(pos, keepdim=True).sub_(delta * sum_g).mul_(r)       # sum_P g x_hat
     if need_x:
         # per group, with d = gamma g: sum_S d and sum_S d x_hat, then
         # dL/dx = g (gamma r) + (x - mu) (-r^2 sum_S(d x_hat) / n) - r sum_S(d) / n
         d, dxh = (sum_g, sum_gxhat) if w is None else (sum_g * w, sum_gxhat * w)
-        slope = dxh.sum(2, keepdim=True).mul_(r * r * (-1.0 / n))
-        shift = d.sum(2, keepdim=True).mul_(r * (-1.0 / n))
-        _centered(xv, out, 2, n).mul_(slope).add_(shift)
+        slope = dxh.sum(chan, keepdim=True).mul_(r * r * (-1.0 / n))
+        shift = d.sum(chan, keepdim=True).mul_(r * (-1.0 / n)).sub_(delta * slope)
+        torch.sub(xv, mu0, out=out).mul_(slope).add_(shift)
         out.addcmul_(gv, r if w is None else r * w)
     shape = lay.affine_shape
     return (dx.to(x_dtype) if need_x else None,
@@ -280,19 +376,24 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
 # ---------------------------------------------------------------------------------------
 def forward_function(x, weight, bias, lay: Layout, eps: float):
     """:func:`forward` (or :func:`forward_groups`) inside ``Normalize.forward``:
-    ``(y, mean, var, inv_std)``, ``y`` in the input's dtype.  ``Normalize.setup_context``
-    saves the mean where the plain path keeps x - mu or x_hat, and marks it with
-    ``ctx.kept_is_xhat = None``."""
+    ``(y, mean, var, kept, inv_std)``, ``y`` in the input's dtype and torch's memory format.
+    ``Normalize.setup_context`` saves ``kept`` (:func:`_shifts`), small, where the plain path
+    keeps x - mu or x_hat, and marks it with ``ctx.kept_is_xhat = None``.  A
+    ``channels_last`` input (GN, IN) is computed on its own memory (:class:`_Groups`)."""
     run = forward_groups if lay.norm in ("group", "instance") else forward
-    y, mean, var, inv_std = run(x, lay, eps, weight, bias)
-    return y.to(x.dtype), mean, var, inv_std
+    y, mean, var, inv_std, kept = run(x, lay, eps, weight, bias)
+    return y.to(x.dtype, memory_format=output_format(lay, x)), mean, var, kept, inv_std
 
 
-def backward_function(ctx, grad_y, mean, inv_std, weight, x):
+def backward_function(ctx, grad_y, kept, inv_std, weight, x):
     """:func:`backward` inside ``Normalize.backward``: its five gradients."""
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     has_b = ctx.bias_dtype is not None
     run = backward_groups if ctx.lay.norm in ("group", "instance") else backward
-    grads = run(grad_y, x, mean, inv_std, weight, ctx.lay, need_x,
-                     need_w and weight is not None, need_b and has_b, ctx.x_dtype, ctx.bias_dtype)
-    return grads + (None, None)
+    fmt = _memory_format(x)                        # g as x, for the views of _Groups
+    grad_x, grad_w, grad_b = run(grad_y.contiguous(memory_format=fmt), x, kept, inv_std, weight,
+                                 ctx.lay, need_x, need_w and weight is not None,
+                                 need_b and has_b, ctx.x_dtype, ctx.bias_dtype)
+    if grad_x is not None:                         # torch's memory format
+        grad_x = grad_x.contiguous(memory_format=output_format(ctx.lay, x))
+    return grad_x, grad_w, grad_b, None, None

@@ -262,3 +262,22 @@ def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
     torch.testing.assert_close(got.var, ref.var)
     assert got.output.is_contiguous(memory_format=fmt)
     torch.testing.assert_close(F.group_norm(x, G, w, b), got.output, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("norm, shape, G", [("group", (2, 6, 3, 4), 3), ("group", (2, 4, 3, 2, 3), 2),
+                                            ("group", (3, 4, 5, 2), 4), ("instance", (2, 3, 4, 5), None)])
+@pytest.mark.parametrize("affine", ["both", "none"])
+def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine):
+    """GN and IN on a channels_last input run on the (N, P, G, C/G) view of its memory:
+    the formula's output and statistics, the boxed backward, and torch's memory formats."""
+    gen = torch.Generator().manual_seed(len(shape) * 17 + (G or 0))
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    lay = axes.layout(norm, shape, G)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).to(memory_format=fmt)
+    x.requires_grad_(True)
+    assert rows.applies(lay, x) and rows._groups(lay, x).pos == 1
+    _fast_path_equals_the_reference(lay, x, affine, gen)
+    y = grad.Normalize.apply(x, None, None, lay, 1e-5)[0]
+    gx = torch.autograd.grad(y, x, torch.randn(shape, dtype=torch.float64).to(memory_format=fmt))[0]
+    keeps = norm == "group"                       # torch: GN keeps channels_last, IN does not
+    assert y.is_contiguous(memory_format=fmt) == gx.is_contiguous(memory_format=fmt) == keeps
