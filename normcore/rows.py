@@ -57,6 +57,8 @@ __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward",
 #: temporary stay in cache (measured at (8192, 512): blocks of 256, 1024, 4096 and 8192 rows
 #: took 11.8, 10.3, 13.3 and 21.7 ms for forward and backward, on one thread)
 BLOCK_ELEMENTS = 1 << 19
+#: the norms that :func:`forward_groups` computes (BN on ``channels_last`` memory only)
+GROUP_NORMS = ("group", "instance", "batch")
 #: below this size the whole tensor is one block and the per-block Python steps cost more
 #: than they save: the plain path of :class:`normcore.grad.Normalize` runs instead
 MIN_ELEMENTS = 1 << 20
@@ -73,8 +75,10 @@ def applies(lay: Layout, x: torch.Tensor) -> bool:
         return False
     if x.numel() < MIN_ELEMENTS:
         return False
-    if lay.norm in ("group", "instance"):          # channels_last: on a contiguous copy
+    if lay.norm in ("group", "instance"):          # channels_last: on its own memory
         return x.dim() >= 3 and (x.is_contiguous() or _channels_last(x))
+    if lay.norm == "batch":                        # BN: on channels_last memory only
+        return _channels_last(x) and not x.is_contiguous()
     if not x.is_contiguous():
         return False
     nd, k = len(lay.view_shape), len(lay.reduce_dims)
@@ -257,6 +261,14 @@ class _Groups(NamedTuple):
         N, G = self.view[0], self.view[1 if self.pos == 3 else 2]
         return t.view((N, G, 1, 1) if self.pos == 3 else (N, 1, G, 1))
 
+    def spread(self, t: torch.Tensor) -> torch.Tensor:
+        """A value per (sample, group) made a value per (sample, channel) (small), for the
+        ``channels_last`` view: broadcast along the innermost C/G channels, an op over the
+        view runs C/G values at a time (10x slower); contiguous, the whole channel axis."""
+        if self.pos == 3:
+            return t
+        return t.expand(-1, -1, -1, self.view[3]).contiguous()
+
     def per_channel(self, t: torch.Tensor) -> torch.Tensor:
         """gamma or beta, ``(C,)``, broadcastable against the view."""
         return t.view((1,) + tuple(1 if k == self.pos else s for k, s in
@@ -271,24 +283,38 @@ class _Groups(NamedTuple):
 
     def sum_of_squares(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The squared norm of each set of ``c``, into ``out`` (``(N * G, 1)``); for a
-        ``channels_last`` view by blocks of samples, each squared into a block temporary
-        (``vector_norm`` over the strided positions was 10x slower)."""
+        ``channels_last`` view by blocks of samples (or of one sample's positions), each
+        squared into a block temporary (``vector_norm`` over the strided positions was
+        10x slower)."""
         if self.pos == 3:
             return out.copy_(sum_of_squares(c.reshape(out.shape[0], -1)).view(-1, 1))
-        N = c.shape[0]
-        step = max(1, BLOCK_ELEMENTS // max(c[0].numel(), 1))
-        tmp = torch.empty((min(step, N),) + tuple(c.shape[1:]), dtype=c.dtype, device=c.device)
-        sq = torch.empty(N, 1, *c.shape[2:], dtype=c.dtype, device=c.device)
-        for s in range(0, N, step):
-            e = min(s + step, N)
-            t = torch.mul(c[s:e], c[s:e], out=tmp[:e - s])
-            torch.sum(t, 1, keepdim=True, out=sq[s:e])
+        N, P = c.shape[0], c.shape[1]
+        sq = torch.zeros(N, 1, *c.shape[2:], dtype=c.dtype, device=c.device)
+        per_position = c[0, 0].numel()
+        step = max(1, BLOCK_ELEMENTS // per_position)          # positions per block
+        tmp = torch.empty(min(step, N * P), *c.shape[2:], dtype=c.dtype, device=c.device)
+        if step >= P:                                           # whole samples per block
+            k = step // P
+            for s in range(0, N, k):
+                e = min(s + k, N)
+                t = torch.mul(c[s:e], c[s:e], out=tmp[:(e - s) * P].view(e - s, *c.shape[1:]))
+                torch.sum(t, 1, keepdim=True, out=sq[s:e])
+        else:                                                   # a sample by its positions
+            for i in range(N):
+                for s in range(0, P, step):
+                    e = min(s + step, P)
+                    t = torch.mul(c[i, s:e], c[i, s:e], out=tmp[:e - s])
+                    sq[i].add_(t.sum(0, keepdim=True))
         torch.sum(sq, 3, keepdim=True, out=self.per_group(out))
         return out
 
 
 def _groups(lay: Layout, x: torch.Tensor) -> _Groups:
-    """The :class:`_Groups` of ``lay`` on ``x``'s memory (contiguous or ``channels_last``)."""
+    """The :class:`_Groups` of ``lay`` on ``x``'s memory (contiguous or ``channels_last``).
+    BatchNorm on ``channels_last`` memory is GN's view with one sample of ``N P``
+    positions and one channel per group: ``(1, N P, C, 1)``."""
+    if lay.norm == "batch":
+        return _Groups((1, lay.set_size, lay.shape[1], 1), 1, 3, lay.set_size)
     N, G = lay.view_shape[0], lay.view_shape[1]
     P = lay.set_size * G // lay.shape[1] if lay.norm == "group" else lay.set_size
     Cg = lay.shape[1] // G
@@ -317,7 +343,7 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     y = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
     yv = grp.of(y, cdt)
     grp.group_sum(xv, mu0).div_(n)                                               # mu0
-    torch.sub(xv, grp.per_group(mu0), out=yv)                                   # x - mu0
+    torch.sub(xv, grp.spread(grp.per_group(mu0)), out=yv)                       # x - mu0
     grp.group_sum(yv, delta).div_(n)                                             # delta
     grp.sum_of_squares(yv, var).div_(n).sub_(delta * delta)                      # sigma^2
     inv.copy_(inverse_std(var, eps))                                             # r
@@ -326,7 +352,7 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
         scale = scale * grp.per_channel(weight.to(cdt))                          # gamma r
     shift = grp.per_group(delta) * scale                                         # delta gamma r
     shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
-    yv.mul_(scale).add_(shift)                                                   # + beta
+    yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                           # + beta
     shape = lay.stat_shape
     mean = torch.add(mu0, delta, out=stats[4]).reshape(shape)                   # mu0 + delta
     return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
@@ -347,7 +373,7 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
     grp = _groups(lay, x)
     n, pos, chan = grp.n, grp.pos, grp.chan
     mu0, delta = (grp.per_group(t) for t in _shifts(kept))
-    r = grp.per_group(inv_std)
+    r, mu0_c = grp.per_group(inv_std), grp.spread(mu0)
     w = None if weight is None else grp.per_channel(weight.to(cdt))
     xv, gv = grp.of(x, cdt), grp.of(g, cdt)
     sum_g = gv.sum(pos, keepdim=True)                                            # sum_P g
@@ -355,7 +381,7 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
     if need_x or need_w:
         dx = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
         out = grp.of(dx, cdt)
-        torch.sub(xv, mu0, out=out).mul_(gv)                                     # g (x - mu0)
+        torch.sub(xv, mu0_c, out=out).mul_(gv)                                   # g (x - mu0)
         sum_gxhat = out.sum(pos, keepdim=True).sub_(delta * sum_g).mul_(r)       # sum_P g x_hat
     if need_x:
         # per group, with d = gamma g: sum_S d and sum_S d x_hat, then
@@ -363,8 +389,8 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
         d, dxh = (sum_g, sum_gxhat) if w is None else (sum_g * w, sum_gxhat * w)
         slope = dxh.sum(chan, keepdim=True).mul_(r * r * (-1.0 / n))
         shift = d.sum(chan, keepdim=True).mul_(r * (-1.0 / n)).sub_(delta * slope)
-        torch.sub(xv, mu0, out=out).mul_(slope).add_(shift)
-        out.addcmul_(gv, r if w is None else r * w)
+        torch.sub(xv, mu0_c, out=out).mul_(grp.spread(slope)).add_(grp.spread(shift))
+        out.addcmul_(gv, grp.spread(r) if w is None else r * w)
     shape = lay.affine_shape
     return (dx.to(x_dtype) if need_x else None,
             sum_gxhat.sum(0).reshape(shape).to(weight.dtype) if need_w else None,
@@ -380,7 +406,7 @@ def forward_function(x, weight, bias, lay: Layout, eps: float):
     ``Normalize.setup_context`` saves ``kept`` (:func:`_shifts`), small, where the plain path
     keeps x - mu or x_hat, and marks it with ``ctx.kept_is_xhat = None``.  A
     ``channels_last`` input (GN, IN) is computed on its own memory (:class:`_Groups`)."""
-    run = forward_groups if lay.norm in ("group", "instance") else forward
+    run = forward_groups if lay.norm in GROUP_NORMS else forward
     y, mean, var, inv_std, kept = run(x, lay, eps, weight, bias)
     return y.to(x.dtype, memory_format=output_format(lay, x)), mean, var, kept, inv_std
 
@@ -389,7 +415,7 @@ def backward_function(ctx, grad_y, kept, inv_std, weight, x):
     """:func:`backward` inside ``Normalize.backward``: its five gradients."""
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
     has_b = ctx.bias_dtype is not None
-    run = backward_groups if ctx.lay.norm in ("group", "instance") else backward
+    run = backward_groups if ctx.lay.norm in GROUP_NORMS else backward
     fmt = _memory_format(x)                        # g as x, for the views of _Groups
     grad_x, grad_w, grad_b = run(grad_y.contiguous(memory_format=fmt), x, kept, inv_std, weight,
                                  ctx.lay, need_x, need_w and weight is not None,

@@ -265,11 +265,14 @@ def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
 
 
 @pytest.mark.parametrize("norm, shape, G", [("group", (2, 6, 3, 4), 3), ("group", (2, 4, 3, 2, 3), 2),
-                                            ("group", (3, 4, 5, 2), 4), ("instance", (2, 3, 4, 5), None)])
+                                            ("group", (3, 4, 5, 2), 4), ("group", (4, 2, 3, 3), 1),
+                                            ("instance", (2, 3, 4, 5), None),
+                                            ("batch", (5, 3, 4, 2), None), ("batch", (2, 3, 2, 3, 4), None)])
 @pytest.mark.parametrize("affine", ["both", "none"])
 def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine):
-    """GN and IN on a channels_last input run on the (N, P, G, C/G) view of its memory:
-    the formula's output and statistics, the boxed backward, and torch's memory formats."""
+    """GN, IN and BN on a channels_last input run on the (N, P, G, C/G) view of its memory
+    (BN: (1, N P, C, 1)), in blocks of positions: the formula's output and statistics, the
+    boxed backward, and torch's memory formats."""
     gen = torch.Generator().manual_seed(len(shape) * 17 + (G or 0))
     fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     lay = axes.layout(norm, shape, G)
@@ -279,5 +282,5 @@ def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine
     _fast_path_equals_the_reference(lay, x, affine, gen)
     y = grad.Normalize.apply(x, None, None, lay, 1e-5)[0]
     gx = torch.autograd.grad(y, x, torch.randn(shape, dtype=torch.float64).to(memory_format=fmt))[0]
-    keeps = norm == "group"                       # torch: GN keeps channels_last, IN does not
+    keeps = norm != "instance"              # torch: GN and BN keep channels_last, IN does not
     assert y.is_contiguous(memory_format=fmt) == gx.is_contiguous(memory_format=fmt) == keeps
