@@ -109,9 +109,14 @@ def _blocks(rows: int, row_size: int):
 
 
 def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    """``(y, mean, var, inv_std, kept)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
+    r"""``(y, mean, var, inv_std, kept)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
     dtype, the statistics of shape ``lay.stat_shape`` (``mean`` zeros when uncentered), and
     ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).
+
+    Two sweeps over the blocks: the sums (:math:`\sum x`, :math:`\sum x^2`), then, with
+    every set's ``r`` found at once, :math:`\hat x\,\gamma + \beta` written into the
+    output.  When some set's mean is large beside its spread (:func:`_one_pass`), the
+    second sweep is the two-pass one instead (:func:`_two_pass_block`).
 
     Every step writes into a buffer made before the loop (``out=``): small temporaries
     made between the large allocations fragment the heap, and the next call's output then
@@ -125,20 +130,24 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     x2 = x.reshape(sets, n)
     y = torch.empty(lay.shape, dtype=cdt, device=x.device)
     y2 = y.view(sets, n)
-    for s, e in _blocks(sets, n):
-        xb, yb, v, r = x2[s:e].to(cdt), y2[s:e], var[s:e], inv[s:e]
+    blocks = _blocks(sets, n)
+    for s, e in blocks:                                                          # the sums
+        xb = x2[s:e].to(cdt)
+        var[s:e].copy_(sum_of_squares(xb).view(-1, 1))
         if lay.centered:
-            mu = torch.sum(xb, 1, keepdim=True, out=mu0[s:e]).div_(n)           # mu0
-            c = torch.sub(xb, mu, out=yb)                                        # x - mu0
-            d = torch.sum(c, 1, keepdim=True, out=delta[s:e]).div_(n)           # delta
-            _variance(c, d, n, v)                                                # sigma^2
+            torch.sum(xb, 1, keepdim=True, out=mu0[s:e])
+    var.div_(n)                                                                  # mean square
+    one_pass = not lay.centered or _one_pass(mu0.div_(n), var)                   # sigma^2
+    if one_pass:
+        inv.copy_(inverse_std(var, eps))                                         # r
+    for s, e in blocks:
+        xb, yb, r = x2[s:e].to(cdt), y2[s:e], inv[s:e]
+        if not one_pass:
+            _two_pass_block(xb, yb, mu0[s:e], delta[s:e], var[s:e], r, eps)
+        elif lay.centered:
+            torch.sub(xb, mu0[s:e], out=yb).mul_(r)                              # x_hat
         else:
-            c = xb                                                               # RMSNorm
-            v.copy_(sum_of_squares(c).view(-1, 1)).div_(n)                      # mean square
-        r.copy_(inverse_std(v, eps))                                             # r
-        if lay.centered and not _negligible(d, r):
-            c.sub_(d)                                                            # x - mu
-        torch.mul(c, r, out=yb)                                                  # x_hat
+            torch.mul(xb, r, out=yb)                                             # x_hat
         if w is not None and b is not None:
             torch.addcmul(b, yb, w, out=yb)                                      # gamma x_hat + beta
         elif w is not None:
@@ -150,12 +159,42 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
 
 
+def _two_pass_block(xb, yb, mu0, delta, var, r, eps: float) -> None:
+    r""":math:`\hat x` of a block of rows into ``yb`` by the corrected two-pass algorithm
+    (``mu0`` the rounded mean, ``delta`` the mean of ``x - mu0``, the variance of
+    :func:`_variance`), for sets whose mean is large beside their spread; the statistics
+    are written into ``delta``, ``var`` and ``r``."""
+    n = xb.shape[1]
+    c = torch.sub(xb, mu0, out=yb)                                               # x - mu0
+    d = torch.sum(c, 1, keepdim=True, out=delta).div_(n)                        # delta
+    _variance(c, d, n, var)                                                      # sigma^2
+    r.copy_(inverse_std(var, eps))                                               # r
+    if not _negligible(d, r):
+        c.sub_(d)                                                                # x - mu
+    c.mul_(r)                                                                    # x_hat
+
+
 def _variance(c: torch.Tensor, delta: torch.Tensor, n: int, out: torch.Tensor) -> torch.Tensor:
     r""":math:`\sigma^2 = \frac1n\sum_S c^2 - \delta^2` into ``out`` (one per row of ``c``'s
     ``(sets, -1)`` view), for ``c = x - mu0`` whose mean is ``delta``: the corrected
     two-pass formula, the variance of ``c - delta`` without forming it (one pass fewer)."""
     ssq = sum_of_squares(c.view(delta.shape[0], -1)).view(-1, 1)
     return torch.sub(ssq.div_(n), delta * delta, out=out)
+
+
+def _one_pass(mu: torch.Tensor, mean_square: torch.Tensor) -> bool:
+    r"""Whether every set's mean is small beside its spread, :math:`4\,\mu^2 \le
+    \overline{x^2} - \mu^2` (:math:`|\mu| \le \sigma/2`): then :math:`\sigma^2 =
+    \overline{x^2} - \mu^2` loses at most a quarter of a rounding to cancellation
+    (:math:`\overline{x^2} \le 1.25\,\sigma^2`), and the rounding error of
+    :math:`\mu` moves :math:`\hat x` by about a rounding of :math:`\overline{|x|}/\sigma`,
+    as the corrected two-pass algorithm's would; ``mean_square`` becomes the variance
+    (in place).  Otherwise (a large mean) the caller takes the two passes
+    (:func:`_variance`), which the one-pass formula would lose to cancellation."""
+    ok = bool((mu * mu).mul_(5.0).le_(mean_square).all())
+    if ok:
+        mean_square.sub_(mu * mu)
+    return ok
 
 
 def _negligible(delta: torch.Tensor, inv_std: torch.Tensor) -> bool:

@@ -65,6 +65,22 @@ def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm,
     _fast_path_equals_the_reference(lay, x, affine, gen)
 
 
+@pytest.mark.parametrize("large_mean", [False, True])
+def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeypatch, large_mean):
+    """Sets whose mean is small beside their spread take the one-pass statistics; one set
+    with a large mean sends every block to the corrected two-pass sweep: both the formula's."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 6, 64, generator=gen, dtype=torch.float64)
+    if large_mean:
+        x[2, 3] += 50.0
+    lay = axes.layout("layer", x.shape, normalized_ndim=1)
+    seen = []
+    one_pass = rows._one_pass
+    monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
+    _fast_path_equals_the_reference(lay, x.requires_grad_(True), "both", gen)
+    assert seen == [not large_mean]
+
+
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
 def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, wanted):
     gen = torch.Generator().manual_seed(3)
