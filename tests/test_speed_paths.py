@@ -300,3 +300,31 @@ def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine
     gx = torch.autograd.grad(y, x, torch.randn(shape, dtype=torch.float64).to(memory_format=fmt))[0]
     keeps = norm != "instance"              # torch: GN and BN keep channels_last, IN does not
     assert y.is_contiguous(memory_format=fmt) == gx.is_contiguous(memory_format=fmt) == keeps
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("norm, G", [("group", 2), ("instance", None), ("batch", None)])
+def test_group_path_corrects_the_rounded_mean(small_blocks, fmt, norm, G):
+    """float32 at |mu| = 300 sigma: the rounding error delta of the mean is taken into the
+    small factors of the forward and the backward; with dy along x_hat (so that the
+    backward's slope is large) leaving it out moved dx by 100 roundings."""
+    if norm == "batch" and fmt == torch.contiguous_format:
+        pytest.skip("contiguous BN takes the plain path")
+    gen = torch.Generator().manual_seed(9)
+    shape = (2, 4, 8, 8)
+    x = (300.0 + torch.randn(shape, generator=gen)).to(memory_format=fmt)
+    lay = axes.layout(norm, shape, G)
+    assert rows.applies(lay, x)
+    st = core.standardize(x.double(), lay, 1e-5)
+    dy = (st.xhat.reshape(shape) + 0.3 * torch.randn(shape, generator=gen, dtype=torch.float64))
+    w = torch.rand(4, generator=gen) + 0.5
+    out = {}
+    for dt in (torch.float32, torch.float64):
+        xs = x.to(dt).requires_grad_(True)
+        ws = w.to(dt).requires_grad_(True)
+        y = grad.Normalize.apply(xs, ws, None, lay, 1e-5)[0]
+        out[dt] = (y,) + torch.autograd.grad(y, (xs, ws), dy.to(dt))
+    u = torch.finfo(torch.float32).eps / 2
+    for name, a, e in zip(("y", "dx", "dgamma"), out[torch.float32], out[torch.float64]):
+        err = (a.double() - e).abs().max() / e.abs().max()
+        assert err <= 16 * u, (name, err.item() / u)
