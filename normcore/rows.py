@@ -363,38 +363,54 @@ def _groups(lay: Layout, x: torch.Tensor) -> _Groups:
 
 
 def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    r"""GN, IN: a sum per set (``mu0``), ``x - mu0`` into the output, then the mean
-    ``delta`` and the squared norm of each centered set (the variance as in
-    :func:`_variance`), and :math:`(x-\mu_0)(\gamma r) + (\beta - \delta\,\gamma r)` in
-    place: the correction of the mean goes into the small per-channel shift, not through
-    the full-size tensor.  The backward gets x, ``(mu0, delta)`` and r, not the full-size
-    x - mu the plain path keeps, so that the output is the only full-size tensor made (each
-    fresh one costs its page faults).  On a ``channels_last`` input every pass runs on the
-    ``(N, P, G, C/G)`` view of its memory, and the output keeps that format, as torch's.
-    Returns ``(y, mean, var, inv_std, kept)``."""
+    r"""GN, IN (and BN on ``channels_last`` memory): the sum and the sum of squares of each
+    set; when every set's mean is at most half its spread (:func:`_one_pass`),
+    :math:`y = x\,(\gamma r) + (\beta - \mu\,\gamma r)`, two passes over the output, the
+    mean folded into the small per-channel shift (its product with :math:`\gamma r` is at
+    most half the output's scale: a rounding of it, not the rounding of :math:`|\mu|/\sigma`
+    the folding costs when the mean is large).  Otherwise the corrected two-pass steps:
+    ``x - mu0`` into the output, the mean ``delta`` and the squared norm of each centered
+    set (:func:`_variance`), and :math:`(x-\mu_0)(\gamma r) + (\beta - \delta\,\gamma r)`
+    in place (the mean's correction in the shift).  The backward gets x, ``(mu0, delta)``
+    and r, not the full-size x - mu the plain path keeps, so that the output is the only
+    full-size tensor made (each fresh one costs its page faults).  On a ``channels_last``
+    input every pass runs on the ``(N, P, G, C/G)`` view of its memory, and the output keeps
+    that format, as torch's.  Returns ``(y, mean, var, inv_std, kept)``."""
     cdt = compute_dtype(x.dtype)
     grp = _groups(lay, x)
     n = grp.n
     sets = lay.num_sets
-    stats = torch.empty(5, sets, 1, dtype=cdt, device=x.device)
+    stats = torch.zeros(5, sets, 1, dtype=cdt, device=x.device)
     mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
     xv = grp.of(x, cdt)
     y = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
     yv = grp.of(y, cdt)
     grp.group_sum(xv, mu0).div_(n)                                               # mu0
-    torch.sub(xv, grp.spread(grp.per_group(mu0)), out=yv)                       # x - mu0
-    grp.group_sum(yv, delta).div_(n)                                             # delta
-    grp.sum_of_squares(yv, var).div_(n).sub_(delta * delta)                      # sigma^2
+    grp.sum_of_squares(xv, var).div_(n)                                          # mean square
+    one_pass = _one_pass(mu0, var)                                               # sigma^2
+    if not one_pass:
+        torch.sub(xv, grp.spread(grp.per_group(mu0)), out=yv)                   # x - mu0
+        grp.group_sum(yv, delta).div_(n)                                         # delta
+        _variance_of(grp.sum_of_squares(yv, var), delta, n)                      # sigma^2
     inv.copy_(inverse_std(var, eps))                                             # r
     scale = grp.per_group(inv)
     if weight is not None:
         scale = scale * grp.per_channel(weight.to(cdt))                          # gamma r
-    shift = grp.per_group(delta) * scale                                         # delta gamma r
+    # the shift: beta - mu gamma r (one pass), or beta - delta gamma r after x - mu0
+    shift = grp.per_group(mu0 if one_pass else delta) * scale
     shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
-    yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                           # + beta
+    if one_pass:
+        torch.mul(xv, grp.spread(scale), out=yv).add_(grp.spread(shift))        # y
+    else:
+        yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                       # y
     shape = lay.stat_shape
     mean = torch.add(mu0, delta, out=stats[4]).reshape(shape)                   # mu0 + delta
     return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
+
+
+def _variance_of(sum_sq: torch.Tensor, delta: torch.Tensor, n: int) -> torch.Tensor:
+    """In place, the sums of squares of ``x - mu0`` made the variance (:func:`_variance`)."""
+    return sum_sq.div_(n).sub_(delta * delta)
 
 
 def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
