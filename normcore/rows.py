@@ -421,14 +421,19 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
     pass each): once for :math:`\sum g\,c` per channel, once for the gradient; the
     mean's correction ``delta`` (:func:`_shifts`) is taken in the small per-channel
     factors, :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g` and
-    :math:`(x-\mu)\,s + t = c\,s + (t - \delta s)`.  ``g`` and ``x`` in the same memory
-    format (contiguous or ``channels_last``), and so is the input's gradient.  Returns the
-    three gradients in the dtypes of x, gamma and beta (None where not needed)."""
+    :math:`(x-\mu)\,s + t = c\,s + (t - \delta s)`.  When every set's mean is at most half
+    its spread (:math:`|\mu|\,r \le 1/2`, as the forward's one pass), ``c`` is not formed:
+    :math:`\sum g\,(x-\mu) = \sum g\,x - \mu \sum g` and :math:`(x-\mu)\,s + t = x\,s + (t -
+    \mu s)`, whose terms in :math:`\mu` are at most half the others (a rounding, one pass
+    fewer each).  ``g`` and ``x`` in the same memory format (contiguous or
+    ``channels_last``), and so is the input's gradient.  Returns the three gradients in the
+    dtypes of x, gamma and beta (None where not needed)."""
     cdt = inv_std.dtype
     grp = _groups(lay, x)
     n, pos, chan = grp.n, grp.pos, grp.chan
     mu0, delta = (grp.per_group(t) for t in _shifts(kept))
     r, mu0_c = grp.per_group(inv_std), grp.spread(mu0)
+    fold = bool((mu0 * r).abs().max() <= 0.5)            # the mean small beside the spread
     w = None if weight is None else grp.per_channel(weight.to(cdt))
     xv, gv = grp.of(x, cdt), grp.of(g, cdt)
     sum_g = gv.sum(pos, keepdim=True)                                            # sum_P g
@@ -436,15 +441,23 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
     if need_x or need_w:
         dx = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
         out = grp.of(dx, cdt)
-        torch.sub(xv, mu0_c, out=out).mul_(gv)                                   # g (x - mu0)
-        sum_gxhat = out.sum(pos, keepdim=True).sub_(delta * sum_g).mul_(r)       # sum_P g x_hat
+        if fold:
+            torch.mul(xv, gv, out=out)                                           # g x
+            shift_g = (mu0 + delta) * sum_g
+        else:
+            torch.sub(xv, mu0_c, out=out).mul_(gv)                               # g (x - mu0)
+            shift_g = delta * sum_g
+        sum_gxhat = out.sum(pos, keepdim=True).sub_(shift_g).mul_(r)             # sum_P g x_hat
     if need_x:
         # per group, with d = gamma g: sum_S d and sum_S d x_hat, then
         # dL/dx = g (gamma r) + (x - mu) (-r^2 sum_S(d x_hat) / n) - r sum_S(d) / n
         d, dxh = (sum_g, sum_gxhat) if w is None else (sum_g * w, sum_gxhat * w)
         slope = dxh.sum(chan, keepdim=True).mul_(r * r * (-1.0 / n))
         shift = d.sum(chan, keepdim=True).mul_(r * (-1.0 / n)).sub_(delta * slope)
-        torch.sub(xv, mu0_c, out=out).mul_(grp.spread(slope)).add_(grp.spread(shift))
+        if fold:                                             # x s + (t - mu0 s)
+            torch.mul(xv, grp.spread(slope), out=out).add_(grp.spread(shift - mu0 * slope))
+        else:                                                # (x - mu0) s + t
+            torch.sub(xv, mu0_c, out=out).mul_(grp.spread(slope)).add_(grp.spread(shift))
         out.addcmul_(gv, grp.spread(r) if w is None else r * w)
     shape = lay.affine_shape
     return (dx.to(x_dtype) if need_x else None,

@@ -328,3 +328,24 @@ def test_group_path_corrects_the_rounded_mean(small_blocks, fmt, norm, G):
     for name, a, e in zip(("y", "dx", "dgamma"), out[torch.float32], out[torch.float64]):
         err = (a.double() - e).abs().max() / e.abs().max()
         assert err <= 16 * u, (name, err.item() / u)
+
+
+@pytest.mark.parametrize("norm, shape, G", [("group", (3, 6, 5), 3), ("instance", (2, 3, 4, 5), None),
+                                            ("group", (2, 4, 3, 5), 2)])
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+def test_group_path_with_small_means_folds_the_mean(small_blocks, monkeypatch, norm, shape, G, fmt):
+    """Sets whose mean is at most half their spread: the forward's one pass and the
+    backward's folded mean, against the formula and the boxed backward."""
+    if fmt == torch.channels_last and len(shape) != 4:
+        pytest.skip("channels_last is 4-d")
+    gen = torch.Generator().manual_seed(len(shape) * 19 + (G or 0))
+    lay = axes.layout(norm, shape, G)
+    xv = torch.randn(lay.view_shape, generator=gen, dtype=torch.float64)
+    x = (xv - xv.mean(lay.reduce_dims, keepdim=True) + 0.1).reshape(shape)    # mean 0.1
+    x = x.to(memory_format=fmt).requires_grad_(True)
+    seen = []
+    one_pass = rows._one_pass
+    monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
+    assert rows.applies(lay, x)
+    _fast_path_equals_the_reference(lay, x, "both", gen)
+    assert seen and all(seen)
