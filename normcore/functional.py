@@ -107,11 +107,14 @@ def _normalize(x: Tensor, lay: Layout, eps: float, weight: Tensor | None = None,
     """:func:`normalize` on checked arguments (the ops below check their own)."""
     derived = _derived(backward, x, weight, bias)
     fmt = output_format(lay, x)
+    # a large LN or RMSNorm goes to Normalize without gradients too (normcore.rows), and so
+    # does GN, IN, BN on channels_last memory; contiguous GN and IN keep the formula's
+    # in-place path, which measured as fast
+    by_rows = (backward == "derived" and rows.applies(lay, x)
+               and (lay.norm in ("layer", "rms") or not x.is_contiguous()))
     if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None
-            and not derived and backward == "derived" and writes_in_place()):
+            and not derived and not by_rows and backward == "derived" and writes_in_place()):
         return group_norm_channels_last(x, lay, eps, weight, bias)
-    # a large LN or RMSNorm goes to Normalize without gradients too (by blocks of rows)
-    by_rows = backward == "derived" and lay.norm in ("layer", "rms") and rows.applies(lay, x)
     if ((derived or by_rows) and (mean is None or var is None)
             and correction == 0 and eps_mode == "inside"):
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])

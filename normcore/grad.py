@@ -264,8 +264,7 @@ class Normalize(torch.autograd.Function):
     @staticmethod
     def forward(x, weight, bias, lay: Layout, eps: float):
         if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
-            y, mean, var, inv_std = rows.forward_function(x, weight, bias, lay, eps)
-            return y, mean, var, mean.new_empty(0), inv_std   # rows keeps no x - mu
+            return rows.forward_function(x, weight, bias, lay, eps)   # keeps no x - mu
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
         mean, var, centered = moments(xv, lay)                                 # (1)-(2)
         inv_std = inverse_std(var, eps)                                        # (3)
@@ -291,8 +290,8 @@ class Normalize(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, weight, bias, lay, eps = inputs
         _, mean, var, kept, inv_std = output
-        by_rows = rows.applies(lay, x)       # normcore.rows: the mean where `kept` would be
-        ctx.save_for_backward(mean if by_rows else kept, inv_std, weight, x, bias)
+        by_rows = rows.applies(lay, x)       # normcore.rows: `kept` is small (rows._shifts)
+        ctx.save_for_backward(kept, inv_std, weight, x, bias)
         ctx.kept_is_xhat = None if by_rows else not scale_is_small(lay)
         ctx.lay, ctx.eps = lay, eps
         ctx.bias_dtype, ctx.x_dtype = None if bias is None else bias.dtype, x.dtype
@@ -307,7 +306,7 @@ class Normalize(torch.autograd.Function):
         if torch.is_grad_enabled() or not writes_in_place():
             # a second derivative is coming, or torch.func (which always builds a graph)
             return _differentiable_backward(ctx, grad_y, x, weight)
-        if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is the mean
+        if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is (mu0, delta)
             return rows.backward_function(ctx, grad_y, kept, inv_std, weight, x)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]

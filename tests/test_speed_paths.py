@@ -65,6 +65,22 @@ def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm,
     _fast_path_equals_the_reference(lay, x, affine, gen)
 
 
+@pytest.mark.parametrize("large_mean", [False, True])
+def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeypatch, large_mean):
+    """Sets whose mean is small beside their spread take the one-pass statistics; one set
+    with a large mean sends every block to the corrected two-pass sweep: both the formula's."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 6, 64, generator=gen, dtype=torch.float64)
+    if large_mean:
+        x[2, 3] += 50.0
+    lay = axes.layout("layer", x.shape, normalized_ndim=1)
+    seen = []
+    one_pass = rows._one_pass
+    monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
+    _fast_path_equals_the_reference(lay, x.requires_grad_(True), "both", gen)
+    assert seen == [not large_mean]
+
+
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
 def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, wanted):
     gen = torch.Generator().manual_seed(3)
@@ -262,3 +278,74 @@ def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
     torch.testing.assert_close(got.var, ref.var)
     assert got.output.is_contiguous(memory_format=fmt)
     torch.testing.assert_close(F.group_norm(x, G, w, b), got.output, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("norm, shape, G", [("group", (2, 6, 3, 4), 3), ("group", (2, 4, 3, 2, 3), 2),
+                                            ("group", (3, 4, 5, 2), 4), ("group", (4, 2, 3, 3), 1),
+                                            ("instance", (2, 3, 4, 5), None),
+                                            ("batch", (5, 3, 4, 2), None), ("batch", (2, 3, 2, 3, 4), None)])
+@pytest.mark.parametrize("affine", ["both", "none"])
+def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine):
+    """GN, IN and BN on a channels_last input run on the (N, P, G, C/G) view of its memory
+    (BN: (1, N P, C, 1)), in blocks of positions: the formula's output and statistics, the
+    boxed backward, and torch's memory formats."""
+    gen = torch.Generator().manual_seed(len(shape) * 17 + (G or 0))
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    lay = axes.layout(norm, shape, G)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).to(memory_format=fmt)
+    x.requires_grad_(True)
+    assert rows.applies(lay, x) and rows._groups(lay, x).pos == 1
+    _fast_path_equals_the_reference(lay, x, affine, gen)
+    y = grad.Normalize.apply(x, None, None, lay, 1e-5)[0]
+    gx = torch.autograd.grad(y, x, torch.randn(shape, dtype=torch.float64).to(memory_format=fmt))[0]
+    keeps = norm != "instance"              # torch: GN and BN keep channels_last, IN does not
+    assert y.is_contiguous(memory_format=fmt) == gx.is_contiguous(memory_format=fmt) == keeps
+
+
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("norm, G", [("group", 2), ("instance", None), ("batch", None)])
+def test_group_path_corrects_the_rounded_mean(small_blocks, fmt, norm, G):
+    """float32 at |mu| = 300 sigma: the rounding error delta of the mean is taken into the
+    small factors of the forward and the backward; with dy along x_hat (so that the
+    backward's slope is large) leaving it out moved dx by 100 roundings."""
+    if norm == "batch" and fmt == torch.contiguous_format:
+        pytest.skip("contiguous BN takes the plain path")
+    gen = torch.Generator().manual_seed(9)
+    shape = (2, 4, 8, 8)
+    x = (300.0 + torch.randn(shape, generator=gen)).to(memory_format=fmt)
+    lay = axes.layout(norm, shape, G)
+    assert rows.applies(lay, x)
+    st = core.standardize(x.double(), lay, 1e-5)
+    dy = (st.xhat.reshape(shape) + 0.3 * torch.randn(shape, generator=gen, dtype=torch.float64))
+    w = torch.rand(4, generator=gen) + 0.5
+    out = {}
+    for dt in (torch.float32, torch.float64):
+        xs = x.to(dt).requires_grad_(True)
+        ws = w.to(dt).requires_grad_(True)
+        y = grad.Normalize.apply(xs, ws, None, lay, 1e-5)[0]
+        out[dt] = (y,) + torch.autograd.grad(y, (xs, ws), dy.to(dt))
+    u = torch.finfo(torch.float32).eps / 2
+    for name, a, e in zip(("y", "dx", "dgamma"), out[torch.float32], out[torch.float64]):
+        err = (a.double() - e).abs().max() / e.abs().max()
+        assert err <= 16 * u, (name, err.item() / u)
+
+
+@pytest.mark.parametrize("norm, shape, G", [("group", (3, 6, 5), 3), ("instance", (2, 3, 4, 5), None),
+                                            ("group", (2, 4, 3, 5), 2)])
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+def test_group_path_with_small_means_folds_the_mean(small_blocks, monkeypatch, norm, shape, G, fmt):
+    """Sets whose mean is at most half their spread: the forward's one pass and the
+    backward's folded mean, against the formula and the boxed backward."""
+    if fmt == torch.channels_last and len(shape) != 4:
+        pytest.skip("channels_last is 4-d")
+    gen = torch.Generator().manual_seed(len(shape) * 19 + (G or 0))
+    lay = axes.layout(norm, shape, G)
+    xv = torch.randn(lay.view_shape, generator=gen, dtype=torch.float64)
+    x = (xv - xv.mean(lay.reduce_dims, keepdim=True) + 0.1).reshape(shape)    # mean 0.1
+    x = x.to(memory_format=fmt).requires_grad_(True)
+    seen = []
+    one_pass = rows._one_pass
+    monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
+    assert rows.applies(lay, x)
+    _fast_path_equals_the_reference(lay, x, "both", gen)
+    assert seen and all(seen)
