@@ -43,7 +43,8 @@ average of every batch statistic seen so far.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -215,7 +216,7 @@ class RunningStats:
         self.var = torch.ones(num_features, dtype=dtype)
         self.num_batches_tracked = 0
 
-    def update(self, batch: torch.Tensor) -> "RunningStats":
+    def update(self, batch: torch.Tensor) -> RunningStats:
         if batch.dim() != 2 or batch.shape[1] != self.mean.shape[0]:
             raise ValueError(
                 f"expected a batch of shape (B, {self.mean.shape[0]}), got {tuple(batch.shape)}")
