@@ -1,7 +1,7 @@
 """The API reference's "Bases:" line: the torch class a normcore module stands in for.
 
 A Sphinx extension (``_config.yml``: ``sphinx.local_extensions`` and ``extensions``), for
-the pages of chapters/api/ that autodoc writes from the docstrings. autodoc's
+the pages of chapters/api*.md that autodoc writes from the docstrings. autodoc's
 ``:show-inheritance:`` lists a class's direct bases by their defining module:
 ``normcore.nn.batchnorm._BatchNorm, torch.nn.modules.batchnorm.BatchNorm2d``. What a reader
 needs is the one fact that makes the class a drop-in: ``normcore.nn.BatchNorm2d`` *is a*
