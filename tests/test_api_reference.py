@@ -212,3 +212,32 @@ def test_built_chapters_link_to_the_entries():
             if href not in html:
                 problems.append(f"{path.stem}.html has no link {href}")
     assert not problems, "\n".join(problems)
+
+
+# --- assets/sphinx_ext/normcore_api.py --------------------------------------------------------
+
+sys.path.insert(0, str(ROOT / "assets" / "sphinx_ext"))
+import normcore_api  # noqa: E402
+
+
+def test_bases_line_names_the_torch_class():
+    import torch
+
+    import normcore.nn as nnc
+
+    assert normcore_api.torch_bases(nnc.BatchNorm2d) == [":py:class:`torch.nn.BatchNorm2d`"]
+    assert normcore_api.torch_bases(nnc.WSConv2d) == [":py:class:`torch.nn.Conv2d`"]
+    assert normcore_api.torch_bases(nnc.DyT) == [":py:class:`torch.nn.Module`"]
+    assert normcore_api.public_name(torch.nn.modules.batchnorm.SyncBatchNorm) == \
+        "torch.nn.SyncBatchNorm"
+
+
+def test_a_paragraph_after_a_list_gets_its_blank_line():
+    lines = [".. rubric:: Differs from torch", "", "- one", "  more of one", "- two",
+             "See the page.", "", ":param x: a", "", "- a", ":param y: b"]
+    assert normcore_api.separate_lists(lines) == [
+        ".. rubric:: Differs from torch", "", "- one", "  more of one", "- two", "",
+        "See the page.", "", ":param x: a", "", "- a", "", ":param y: b"]
+    # nothing else changes: a list then a blank line, nested items, plain text
+    same = ["- a", "  - b", "  - c", "- d", "", "text", "more text"]
+    assert normcore_api.separate_lists(same) == same

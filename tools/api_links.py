@@ -75,7 +75,7 @@ def public_names() -> dict[str, Name]:
 
 
 def _torch_names() -> set[str]:
-    import torch  # noqa: PLC0415  (only when linking: the module's docstring is read without it)
+    import torch
 
     return set(dir(torch.nn)) | set(dir(torch.nn.functional))
 
@@ -87,7 +87,7 @@ def aliases(code: str) -> dict[str, str]:
         full = f"normcore.{mod}"
         for m in re.finditer(rf"^\s*import normcore\.{mod} as (\w+)", code, re.M):
             out[m[1]] = full
-        for m in re.finditer(rf"^\s*from normcore import ([^\n]+)", code, re.M):
+        for m in re.finditer(r"^\s*from normcore import ([^\n]+)", code, re.M):
             for part in m[1].strip("()").split(","):
                 words = part.split()
                 if words and words[0] == mod:

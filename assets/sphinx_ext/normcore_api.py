@@ -8,6 +8,12 @@ needs is the one fact that makes the class a drop-in: ``normcore.nn.BatchNorm2d`
 ``torch.nn.BatchNorm2d``. So the line names the nearest torch class in the method resolution
 order, by its public name (``torch.nn.BatchNorm2d`` when ``torch.nn`` exports it), and leaves
 out normcore's private base classes, which are not part of the API.
+
+And one repair of a docstring's reST, after napoleon has read its sections: a paragraph that
+follows a bulleted list with no blank line between them (a "Differs from torch:" list, then
+"See the book's page ...") gets that blank line. ``help()`` shows the docstring as written
+and reads well; docutils would warn "Bullet list ends without a blank line", which ``-W``
+makes an error.
 """
 
 from __future__ import annotations
@@ -43,7 +49,34 @@ def process_bases(app, name: str, obj, options, bases: list) -> None:
         bases[:] = torch_bases(obj)
 
 
+def separate_lists(lines: list[str]) -> list[str]:
+    """``lines`` with a blank line between a bulleted list and a paragraph (or field) that
+    follows it at the list's own indentation; nothing else changes."""
+    out: list[str] = []
+    bullet = None                     # the indentation of the list being read, if any
+    for line in lines:
+        text = line.lstrip()
+        indent = len(line) - len(text)
+        if not text:
+            bullet = None
+        elif text[:2] in ("- ", "* "):
+            bullet = indent if bullet is None else min(bullet, indent)
+        elif bullet is not None and indent <= bullet:
+            out.append("")
+            bullet = None
+        out.append(line)
+    return out
+
+
+def process_docstring(app, what, name, obj, options, lines: list[str]) -> None:
+    if name.startswith("normcore."):
+        lines[:] = separate_lists(lines)
+
+
 def setup(app):
     app.setup_extension("sphinx.ext.autodoc")
+    app.setup_extension("sphinx.ext.napoleon")
     app.connect("autodoc-process-bases", process_bases)
+    # after napoleon (priority 500), which turns the Google sections into reST
+    app.connect("autodoc-process-docstring", process_docstring, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
