@@ -19,6 +19,8 @@ MyST                                            plain markdown
 {doc}`06_group_norm`                            ``[6. GroupNorm ...](06_group_norm.ipynb)``
 {cite}`a,b`, {cite:t}`a`                        ``(Author, 2018; ...)``, ``Author (2018)``
 {math}`x`                                       ``$x$``
+{py:func}`F.rms_norm <normcore...rms_norm>`     ```F.rms_norm``` (the text, as code: the API
+                                                reference is the book's, not the notebook's)
 ==============================================  ===============================================
 
 ``$`` and ``$$`` math stays as it is (Jupyter's MathJax renders it).  The numbers of exercises,
@@ -275,6 +277,8 @@ class _Rewriter:
         text, label = (explicit["text"], explicit["label"]) if explicit else (None, body.strip())
         if name == "math":
             return f"${body}$"
+        if name.startswith("py:"):
+            return f"`{text or label.lstrip('~')}`"
         if name in ("cite", "cite:p", "cite:t"):
             return self.cite(label, textual=name == "cite:t")
         if name == "doc":
