@@ -83,7 +83,10 @@ variance:
 
 .. math::
 
-    y_i = \gamma_c\,\frac{x_i - \mu_i}{\sqrt{\sigma_i^2 + \epsilon}} + \beta_c, \qquad
+    y_i = \gamma_c\,\frac{x_i - \mu_i}{\sqrt{\sigma_i^2 + \epsilon}} + \beta_c
+
+.. math::
+
     \hat\mu \leftarrow (1-\alpha)\,\hat\mu + \alpha\,\mu, \qquad
     \hat\sigma^2 \leftarrow (1-\alpha)\,\hat\sigma^2 + \alpha\,\sigma^2_{\text{unbiased}}
 
