@@ -33,8 +33,9 @@ MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__
 #: The library: what `import normcore` may load of normcore, the layers up to nn and fold
 #: (normcore.nn with its submodules).  README's "Using normcore as a library" lists them.
 LIBRARY = {"normcore", "normcore._checks", "normcore._functional_docs", "normcore.axes",
-           "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold", "normcore.functional", "normcore.grad",
-           "normcore.grad_dyt", "normcore.nn", "normcore.rows", "normcore.stats", "normcore.sync"}
+           "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold",
+           "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.nn",
+           "normcore.rows", "normcore.stats", "normcore.sync"}
 
 
 def in_library(module: str) -> bool:
