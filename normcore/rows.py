@@ -46,7 +46,8 @@ import math
 import torch
 
 from .axes import Layout
-from .core import compute_dtype, inverse_std, sum_of_squares, writes_in_place
+from .core import (affine_terms, apply_affine_terms, compute_dtype, inverse_std,
+                   sum_of_squares, writes_in_place)
 
 __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward",
            "forward_function", "backward_function"]
@@ -225,15 +226,14 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     yv = y.view(N, G, Cg, P)
     torch.sum(xv.reshape(N * G, -1), 1, keepdim=True, out=mean).div_(lay.set_size)      # mu
     torch.sub(xv, mean.view(N, G, 1, 1), out=yv)                                    # x - mu
+    rounded = mean.clone()
     _correct_mean(yv, mean, stats[3], lay.set_size)
-    var.copy_(sum_of_squares(yv.view(N * G, -1)).view(-1, 1)).div_(lay.set_size)  # sigma^2
-    inv.copy_(inverse_std(var, eps))                                                # r
-    scale = inv.view(N, G, 1, 1)
-    if weight is not None:
-        scale = scale * weight.to(cdt).view(1, G, Cg, 1)                            # gamma r
-    yv.mul_(scale)
-    if bias is not None:
-        yv.add_(bias.to(cdt).view(1, G, Cg, 1))                                     # + beta
+    var64 = sum_of_squares(yv.view(N * G, -1), precise=True).view(-1, 1) / lay.set_size
+    var.copy_(var64)                                                                # sigma^2
+    inv.copy_(inverse_std(var64, eps))                                              # r
+    st = [t.view(N, G, 1, 1) for t in (rounded, stats[3], var64)]
+    terms = affine_terms(*st, eps, (1, G, Cg, 1), weight, bias)       # gamma r, beta - mu ...
+    apply_affine_terms(xv, yv, terms, out=yv)                                       # y
     shape = lay.stat_shape
     return y, mean.reshape(shape), var.reshape(shape), inv.reshape(shape)
 
