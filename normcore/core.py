@@ -301,7 +301,8 @@ def apply_affine(centered: torch.Tensor, inv_std, lay: Layout, weight, bias,
 NEAR_ZERO = 2.0
 
 
-def affine_terms(mean, delta, var, eps: float, affine_shape, weight, bias):
+def affine_terms(mean, delta, var, eps: float, affine_shape, weight, bias,
+                 uncorrected: bool = False):
     r"""Steps (3)-(5) as per-set factors for :func:`apply_affine_terms`: ``(s_x, s_c, t)``
     with
 
@@ -313,7 +314,10 @@ def affine_terms(mean, delta, var, eps: float, affine_shape, weight, bias):
                                         (0, s, \beta) & \text{otherwise,}\end{cases}
 
     each rounded once from float64 (``mean + delta`` is :math:`\mu`, :func:`moment_parts`).
-    Where gamma is constant along part of every set (:func:`scale_is_small`).
+    Gamma and beta are reshaped to ``affine_shape``; gamma must be constant along part of
+    every set (:func:`scale_is_small`).  ``uncorrected``: the centered values will be
+    :math:`x - \tilde\mu` (the rounded mean, not corrected by ``delta``), and
+    :math:`-\delta s` goes into :math:`t` instead.
 
     Why two forms: the output's error is the sum of the roundings on the way.  From the
     centered values (:math:`(x-\mu) s + \beta`) one of them is the rounding of
@@ -326,7 +330,7 @@ def affine_terms(mean, delta, var, eps: float, affine_shape, weight, bias):
     N(mu_c, s_c) inputs (BN, IN, GN, 3 seeds) with exact statistics: from the centered
     values 1.27-1.53 roundings of the largest output, beside torch's 1.34-2.34; with the
     split at 2 sigma 1.00-1.44."""
-    sdt = var.dtype
+    sdt = mean.dtype
     r = torch.rsqrt(var.double() + eps)
     s = r if weight is None else r * weight.double().reshape(affine_shape)
     s = s.to(sdt).double()                                          # gamma r, rounded once
@@ -337,7 +341,7 @@ def affine_terms(mean, delta, var, eps: float, affine_shape, weight, bias):
     near = mu.abs() <= NEAR_ZERO * var.double().sqrt()
     zero = torch.zeros_like(s)
     s_x, s_c = torch.where(near, s, zero), torch.where(near, zero, s)
-    t = b - torch.where(near, mu, torch.zeros_like(mu)) * s
+    t = b - torch.where(near, mu, delta.double() if uncorrected else torch.zeros_like(mu)) * s
     return s_x.to(sdt), s_c.to(sdt), t.to(sdt)
 
 
@@ -381,8 +385,9 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     """
     out_dtype = x.dtype
     xv = x.reshape(lay.view_shape).to(compute_dtype(out_dtype))
+    delta = None
     if mean is None or var is None:
-        mean, var, centered = moments(xv, lay, correction)             # (1)-(2)
+        mean, delta, var, centered = moment_parts(xv, lay, correction)  # (1)-(2)
     else:
         mean, var = mean.to(xv.dtype), var.to(xv.dtype)
         centered = xv - mean if lay.centered else xv
@@ -392,7 +397,16 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     recording = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
     reuse = not recording and centered is not xv and writes_in_place()
-    y = apply_affine(centered, inv_std, lay, weight, bias, out=centered if reuse else None)  # (4)-(5)
+    if reuse and delta is not None and correction == 0 and eps_mode == "inside" \
+            and scale_is_small(lay):             # as normcore.grad.Normalize rounds it
+        terms = affine_terms(mean, delta, var, eps, lay.affine_view_shape, weight, bias)
+        y = apply_affine_terms(xv, centered, terms, out=centered)
+        mean = mean + delta
+    else:
+        if delta is not None:
+            mean = mean + delta
+        y = apply_affine(centered, inv_std, lay, weight, bias,
+                         out=centered if reuse else None)                # (4)-(5)
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
 
 
