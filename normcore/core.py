@@ -158,7 +158,8 @@ def _trailing(dims: tuple[int, ...], nd: int) -> tuple[int, ...]:
     return tuple(sd[j:])
 
 
-def sum_of_squares(rows: torch.Tensor, precise: bool = False) -> torch.Tensor:
+def sum_of_squares(rows: torch.Tensor, precise: bool = False,
+                   exact: bool = False) -> torch.Tensor:
     """The sum of squares of each row of a contiguous ``(R, n)``: ``vector_norm(...) ** 2``
     over chunks of at most 256 values, whose squares are then summed (for float32 in float64:
     squaring the rounded norms and summing them in float32 was 2-3 roundings of the sum).
@@ -167,17 +168,18 @@ def sum_of_squares(rows: torch.Tensor, precise: bool = False) -> torch.Tensor:
     InstanceNorm set of 1024 values 2x.  A long row that cannot be cut into equal chunks is
     summed by ``vecdot`` (pairwise; writes the squares).
 
-    ``precise``: for float32 rows, the sums are returned in float64, and a row of fewer
-    than 4096 values is summed in float64 (exact to a rounding of the sum, about 4x the
-    time of the chunks), a longer one by chunks of 64 values (measured at (2048, 1024) and
-    (256, 8192): 0 and 0.3 roundings of the sum, where chunks of 256 were 2.3 and 0.8): the
+    For float32 rows, ``precise`` takes chunks of 64 values and returns the sums in float64
+    (about the time of chunks of 256; measured at (2048, 1024) and (256, 8192): 1.2 and 0.3
+    roundings of the sum, where chunks of 256 were 2.3 and 0.8); ``exact`` sums each row in
+    float64 (exact to a rounding of the sum, about 4x the time) and returns float64.  The
     variance is then good enough that r, and every output of its set, carries about one
     rounding."""
     n = rows.shape[-1]
     single = rows.dtype == torch.float32
-    back = torch.float64 if precise and single else rows.dtype
-    if precise and single and n < 4096:
+    if exact and single:
         return torch.linalg.vector_norm(rows, dim=-1, dtype=torch.float64).square()
+    precise = precise and single
+    back = torch.float64 if precise else rows.dtype
     size = 64 if precise else 256
     if n <= size:
         norms = torch.linalg.vector_norm(rows, dim=-1)

@@ -112,8 +112,9 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
             _correct_mean(c, mu, delta[s:e], n)
         else:
             c = xb                                                               # RMSNorm
-        v.copy_(sum_of_squares(c).view(-1, 1)).div_(n)                           # sigma^2
-        r.copy_(inverse_std(v, eps))                                             # r
+        v64 = sum_of_squares(c, precise=True).view(-1, 1) / n
+        v.copy_(v64)                                                             # sigma^2
+        r.copy_(inverse_std(v64, eps))                                           # r
         torch.mul(c, r, out=yb)                                                  # x_hat
         if w is not None and b is not None:
             torch.addcmul(b, yb, w, out=yb)                                      # gamma x_hat + beta
@@ -245,7 +246,10 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     # second rounding of each value): sum (x - mu)^2 = sum (x - mu~)^2 - n delta^2, and
     # -delta (gamma r) goes into the shift of the output
     delta = torch.sum(yv.view(N * G, -1), 1, keepdim=True, out=stats[3]).div_(lay.set_size)
-    var64 = sum_of_squares(yv.view(N * G, -1), precise=True).view(-1, 1) / lay.set_size
+    # short sets (IN) summed in float64: one rounding of each output with the split of
+    # normcore.core.affine_terms needs the variance to a fraction of a rounding
+    sq = sum_of_squares(yv.view(N * G, -1), precise=True, exact=lay.set_size < 4096)
+    var64 = sq.view(-1, 1) / lay.set_size
     var64 = var64 - delta.double().square()
     var.copy_(var64)                                                                # sigma^2
     inv.copy_(inverse_std(var64, eps))                                              # r
