@@ -230,7 +230,8 @@ def _group_view(lay: Layout):
 
 def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     r"""GN, IN: the plain path's steps (a row sum, x - mu into the output, the squared
-    norm of each centered set, then :math:`(x-\mu)(\gamma r) + \beta` in place); the
+    norm of each centered set, then the output in place, in the two forms of
+    :func:`normcore.core.affine_terms`); the
     backward gets x, mu and r, not the full-size x - mu the plain path keeps, so that the
     output is the only full-size tensor made (each fresh one costs its page faults)."""
     cdt = compute_dtype(x.dtype)

@@ -140,7 +140,7 @@ def _split_case(mu):
 def test_affine_terms_split_at_two_sigma():
     # a set whose mean is within 2 sigma of 0 takes x s + (beta - mu s), the others
     # (x - mu) s + beta; s is gamma r rounded once from float64
-    x, mean, var = _split_case([0.0, 1.5, 2.5, 300.0])
+    _, mean, var = _split_case([0.0, 1.5, 2.5, 300.0])
     w, b = torch.tensor([0.5, 1.0, 1.5, 2.0]), torch.tensor([0.1, -0.2, 0.3, 0.0])
     m32 = mean.float()
     s_x, s_c, t = core.affine_terms(m32, (mean - m32.double()).float(), var.float(), 1e-5,
