@@ -247,9 +247,9 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     # second rounding of each value): sum (x - mu)^2 = sum (x - mu~)^2 - n delta^2, and
     # -delta (gamma r) goes into the shift of the output
     delta = torch.sum(yv.view(N * G, -1), 1, keepdim=True, out=stats[3]).div_(lay.set_size)
-    # short sets (IN) summed in float64: one rounding of each output with the split of
+    # short sets (IN of 32 x 32) summed in float64: one rounding of each output with the split of
     # normcore.core.affine_terms needs the variance to a fraction of a rounding
-    sq = sum_of_squares(yv.view(N * G, -1), precise=True, exact=lay.set_size < 4096)
+    sq = sum_of_squares(yv.view(N * G, -1), precise=True, exact=lay.set_size <= 1024)
     var64 = sq.view(-1, 1) / lay.set_size
     var64 = var64 - delta.double().square()
     var.copy_(var64)                                                                # sigma^2
