@@ -281,9 +281,12 @@ class Normalize(torch.autograd.Function):
         # The output: fresh (a view could not be modified in place), in torch's memory format
         y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)
         yv = y.view(lay.view_shape)
-        if scale_is_small(lay):                        # (4)-(5), rounded as few times as can be
-            terms = affine_terms(rounded, delta, var, eps, lay.affine_view_shape, weight, bias)
-            apply_affine_terms(xv, centered, terms, out=yv)
+        if scale_is_small(lay):
+            if xv.dtype == torch.float32:              # (4)-(5), rounded as few times as can be
+                terms = affine_terms(rounded, delta, var, eps, lay.affine_view_shape, weight, bias)
+                apply_affine_terms(xv, centered, terms, out=yv)
+            else:                                      # float64: nothing to gain
+                apply_affine(centered, inv_std, lay, weight, bias, out=yv)     # (4)-(5)
             kept = centered                                                    # x - mu
         else:
             kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)
