@@ -400,7 +400,7 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
         t is not None and t.requires_grad for t in (x, weight, bias, mean, var))
     reuse = not recording and centered is not xv and writes_in_place()
     if reuse and delta is not None and correction == 0 and eps_mode == "inside" \
-            and xv.dtype == torch.float32 and scale_is_small(lay):  # as grad.Normalize does
+            and xv.dtype == torch.float32 and x.is_contiguous() and scale_is_small(lay):
         terms = affine_terms(mean, delta, var, eps, lay.affine_view_shape, weight, bias)
         y = apply_affine_terms(xv, centered, terms, out=centered)
         mean = mean + delta

@@ -282,7 +282,9 @@ class Normalize(torch.autograd.Function):
         y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)
         yv = y.view(lay.view_shape)
         if scale_is_small(lay):
-            if xv.dtype == torch.float32:              # (4)-(5), rounded as few times as can be
+            # (4)-(5), rounded as few times as can be (float32, contiguous: a channels_last
+            # input keeps the single form, whose two passes are faster on its strides)
+            if xv.dtype == torch.float32 and x.is_contiguous():
                 terms = affine_terms(rounded, delta, var, eps, lay.affine_view_shape, weight, bias)
                 apply_affine_terms(xv, centered, terms, out=yv)
             else:                                      # float64: nothing to gain
