@@ -409,9 +409,8 @@ def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> No
     :func:`normcore.core.affine_terms` (``gamma r`` and the shift rounded once from float64)."""
     mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
     n, rows = grp.n, xv.reshape(mu0.shape[0], -1)
-    exact = n <= 1024
-    mu64 = row_sums(rows, exact) / n
-    var64 = sum_of_squares(rows, precise=True, exact=exact).view(-1, 1) / n    # mean square
+    mu64 = row_sums(rows) / n
+    var64 = sum_of_squares(rows, precise=True).view(-1, 1) / n                  # mean square
     near = _one_pass(mu64, var64)                                # sigma^2 in place when near
     mu0.copy_(mu64)
     if near:
@@ -419,15 +418,24 @@ def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> No
     else:
         c = torch.sub(xv, grp.per_group(mu0), out=yv)                            # x - mu0
         grp.group_sum(c, delta).div_(n)                                          # delta
-        var64 = sum_of_squares(c.reshape(rows.shape), precise=True, exact=exact)
+        var64 = sum_of_squares(c.reshape(rows.shape), precise=True, exact=n <= 1024)
         var64 = var64.view(-1, 1) / n - delta.double().square()                 # sigma^2
     var.copy_(var64)
-    inv.copy_(inverse_std(var64, eps))                                           # r
-    st = [grp.per_group(t) for t in (mu0, delta, var64)]
+    r64 = inverse_std(var64, eps)
+    inv.copy_(r64)                                                               # r
     shape = (1, grp.view[1], grp.view[2], 1)                                     # (1, G, C/G, 1)
-    terms = affine_terms(*st, eps, shape, weight, bias, uncorrected=True)
-    apply_affine_terms(xv, yv, terms, out=yv)                                    # y
-
+    if not near:
+        st = [grp.per_group(t) for t in (mu0, delta, var64)]
+        terms = affine_terms(*st, eps, shape, weight, bias, uncorrected=True)
+        apply_affine_terms(xv, yv, terms, out=yv)                                # y
+        return
+    # every set within 2 sigma of 0: affine_terms' first form, x s + (beta - mu s), with
+    # s = gamma r and the shift rounded once from float64 (its steps, fewer small ops)
+    s = grp.per_group(r64) if weight is None else grp.per_group(r64) * weight.double().view(shape)
+    s = s.to(xv.dtype)
+    t = grp.per_group(mu64) * s.double()
+    t = (-t if bias is None else bias.double().view(shape) - t).to(xv.dtype)
+    yv.copy_(t.expand_as(yv)).addcmul_(xv, s)                                    # y
 
 
 def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
