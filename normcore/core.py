@@ -195,13 +195,15 @@ def sum_of_squares(rows: torch.Tensor, precise: bool = False,
 
 
 def row_sums(rows: torch.Tensor, exact: bool = False) -> torch.Tensor:
-    """The sum of each row of a float32 ``(R, n)`` in float64, ``(R, 1)``: by chunks of 64 in
-    float32, then in float64, as :func:`sum_of_squares` with ``precise`` (``exact``, or a
-    row that is not cut into chunks of 64: the whole row in float64)."""
+    """The sum of each row of a float32 ``(R, n)`` in float64, ``(R, 1)``: by chunks of 256 in
+    float32 (or of 128, 64), then in float64 (``exact``, or a row not cut so: the whole row in
+    float64, 8x the time; chunks of 64 took twice as long, for no gain in the outputs)."""
     n = rows.shape[1]
-    if exact or n % 64:
+    chunk = next((c for c in (256, 128, 64) if n % c == 0), None)
+    if exact or chunk is None:
         return torch.sum(rows, 1, keepdim=True, dtype=torch.float64)
-    return rows.view(rows.shape[0], n // 64, 64).sum(-1).sum(-1, keepdim=True, dtype=torch.float64)
+    return rows.view(rows.shape[0], n // chunk, chunk).sum(-1).sum(-1, keepdim=True,
+                                                                    dtype=torch.float64)
 
 
 def column_sums(t: torch.Tensor, out: torch.Tensor) -> None:

@@ -170,3 +170,23 @@ def test_apply_affine_terms_is_the_formula(into_centered):
     err = (y.double() - ref).abs().max() / ref.abs().max()
     assert err < 4 * U32, err
 
+
+
+@pytest.mark.parametrize("n", [1024, 192, 100])
+def test_row_sums_are_float64_sums_to_a_fraction_of_a_rounding(n):
+    """core.row_sums: by chunks of 256 (1024), of 64 (192), or the whole row in float64 (100)."""
+    x = torch.randn(64, n, generator=torch.Generator().manual_seed(n)) + 0.5
+    got = core.row_sums(x)
+    assert got.dtype == torch.float64 and got.shape == (64, 1)
+    ref = x.double().sum(1, keepdim=True)
+    scale = x.double().abs().sum(1, keepdim=True)
+    assert ((got - ref).abs() / scale).max() <= torch.finfo(torch.float32).eps / 2
+    assert torch.equal(core.row_sums(x, exact=True), ref)
+
+
+def test_column_sums_by_32_rows_then_in_float64():
+    x = torch.randn(1024, 512, generator=torch.Generator().manual_seed(3))
+    out = torch.empty(512, dtype=torch.float64)
+    core.column_sums(x, out)
+    ref = x.double().sum(0)
+    assert ((out - ref).abs() / x.double().abs().sum(0)).max() <= torch.finfo(torch.float32).eps / 8
