@@ -99,9 +99,8 @@ def _memory_format(x: torch.Tensor) -> torch.memory_format:
 
 
 def _blocks(rows: int, row_size: int):
-    """``(start, stop)`` of each block of rows: :data:`BLOCK_ELEMENTS` per thread, so that
-    each op of a block still splits across torch's threads, and there are no more blocks
-    (every op a parallel region, and on a loaded machine each costs a wait for a thread)."""
+    """``(start, stop)`` of each block of rows: :data:`BLOCK_ELEMENTS` per thread, so that each
+    op still splits across torch's threads, and no more blocks (each op waits for a thread)."""
     step = max(1, BLOCK_ELEMENTS * torch.get_num_threads() // max(row_size, 1))
     return [(s, min(s + step, rows)) for s in range(0, rows, step)]
 
@@ -109,14 +108,12 @@ def _blocks(rows: int, row_size: int):
 def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     r"""``(y, mean, var, inv_std, kept)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
     dtype, the statistics of shape ``lay.stat_shape`` (``mean`` zeros when uncentered), and
-    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).
-
-    Two sweeps over the blocks: the sums (:math:`\sum x`, :math:`\sum x^2`), then, with
-    every set's ``r`` found at once, :math:`\hat x\,\gamma + \beta` written into the
-    output.  When some set's mean is large beside its spread (:func:`_one_pass`), the
-    second sweep is the two-pass one instead (:func:`_two_pass_block`).  Every step writes
-    into a buffer made before the loop (``out=``): small temporaries between the large
-    allocations fragment the heap, and the next output then comes from fresh pages."""
+    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).  Two sweeps over the
+    blocks: the sums (:math:`\sum x`, :math:`\sum x^2`), then, with every set's ``r`` found
+    at once, :math:`\hat x\,\gamma + \beta` written into the output.  When some set's mean
+    is large beside its spread (:func:`_one_pass`), the second sweep is the two-pass one
+    instead (:func:`_two_pass_block`).  Every step writes into a buffer made before the loop
+    (``out=``): small temporaries between large allocations fragment the heap (page faults)."""
     cdt = compute_dtype(x.dtype)
     n, sets = lay.set_size, lay.num_sets
     stats = torch.zeros(5, sets, 1, dtype=cdt, device=x.device)
@@ -160,9 +157,7 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
 
 def _two_pass_block(xb, yb, mu0, delta, var, r, eps: float) -> None:
     r""":math:`\hat x` of a block of rows into ``yb`` by the corrected two-pass algorithm
-    (``mu0`` the rounded mean, ``delta`` the mean of ``x - mu0``, the variance of
-    :func:`_variance`), for sets whose mean is large beside their spread; the statistics
-    are written into ``delta``, ``var`` and ``r``."""
+    (:func:`_variance`), for large means; the statistics into ``delta``, ``var`` and ``r``."""
     n = xb.shape[1]
     c = torch.sub(xb, mu0, out=yb)                                               # x - mu0
     d = torch.sum(c, 1, keepdim=True, out=delta).div_(n)                        # delta
@@ -174,9 +169,8 @@ def _two_pass_block(xb, yb, mu0, delta, var, r, eps: float) -> None:
 
 
 def _variance(sum_sq: torch.Tensor, delta: torch.Tensor, n: int) -> torch.Tensor:
-    r"""In place, the sums of squares of ``c = x - mu0`` (whose mean is ``delta``) made
-    :math:`\sigma^2 = \frac1n\sum_S c^2 - \delta^2`: the corrected two-pass formula, the
-    variance of ``c - delta`` without forming it (one pass fewer)."""
+    r"""In place, the sums of squares of ``c = x - mu0`` (mean ``delta``) made :math:`\sigma^2 =
+    \frac1n\sum_S c^2 - \delta^2`, the variance of ``c - delta`` without forming it."""
     return sum_sq.div_(n).sub_(delta * delta)
 
 
@@ -318,10 +312,8 @@ class _Groups(NamedTuple):
         return out
 
     def sum_of_squares(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The squared norm of each set of ``c``, into ``out`` (``(N * G, 1)``); for a
-        ``channels_last`` view by blocks of samples (or of one sample's positions), each
-        squared into a block temporary (``vector_norm`` over the strided positions was
-        10x slower)."""
+        """The squared norm of each set of ``c`` into ``out`` (``(N * G, 1)``); ``channels_last``:
+        by blocks of samples (or positions) squared into a temporary (``vector_norm``: 10x)."""
         if self.pos == 3:
             return out.copy_(sum_of_squares(c.reshape(out.shape[0], -1)).view(-1, 1))
         N, P = c.shape[0], c.shape[1]
@@ -403,11 +395,10 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
 
 
 def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> None:
-    r"""A contiguous float32 GN or IN into ``yv`` and ``stats``: the sums in float64 (by chunks;
-    IN of 32 x 32 exactly); :math:`\sigma^2 = \overline{x^2} - \mu^2` when :func:`_one_pass`
-    holds, else ``x - mu0`` rounded once, its mean ``delta`` folded into the variance
-    (:math:`\frac1n\sum c^2 - \delta^2`) and the shift; the output in the two forms of
-    :func:`normcore.core.affine_terms` (``gamma r`` and the shift rounded once from float64)."""
+    r"""A contiguous float32 GN or IN into ``yv`` and ``stats``, sums by chunks in float64:
+    :math:`\sigma^2 = \overline{x^2} - \mu^2` when :func:`_one_pass` holds, else ``x - mu0``
+    rounded once, its mean ``delta`` folded into the variance (its squares summed exactly in
+    sets of at most 1024) and the shift; y in the two forms of :func:`core.affine_terms`."""
     mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
     n, rows = grp.n, xv.reshape(mu0.shape[0], -1)
     mu64 = row_sums(rows) / n
@@ -422,19 +413,16 @@ def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> No
         var64 = sum_of_squares(c.reshape(rows.shape), precise=True, exact=n <= 1024)
         var64 = var64.view(-1, 1) / n - delta.double().square()                 # sigma^2
     var.copy_(var64)
-    r64 = inverse_std(var64, eps)
-    inv.copy_(r64)                                                               # r
+    inv.copy_(r64 := inverse_std(var64, eps))                                    # r
     shape = (1, grp.view[1], grp.view[2], 1)                                     # (1, G, C/G, 1)
     if not near:
         st = [grp.per_group(t) for t in (mu0, delta, var64)]
-        terms = affine_terms(*st, eps, shape, weight, bias, uncorrected=True)
-        apply_affine_terms(xv, yv, terms, out=yv)                                # y
+        apply_affine_terms(xv, yv, affine_terms(*st, eps, shape, weight, bias, uncorrected=True),
+                           out=yv)                                               # y
         return
-    # every set within 2 sigma of 0: affine_terms' first form, x s + (beta - mu s), with
-    # s = gamma r and the shift rounded once from float64 (its steps, fewer small ops)
-    s = grp.per_group(r64) if weight is None else grp.per_group(r64) * weight.double().view(shape)
-    s = s.to(xv.dtype)
-    t = grp.per_group(mu64) * s.double()
+    # every set near 0: affine_terms' first form x s + (beta - mu s), fewer small steps
+    s = grp.per_group(r64) * (1.0 if weight is None else weight.double().view(shape))
+    t = grp.per_group(mu64) * (s := s.to(xv.dtype)).double()
     t = (-t if bias is None else bias.double().view(shape) - t).to(xv.dtype)
     yv.copy_(t.expand_as(yv)).addcmul_(xv, s)                                    # y
 
@@ -442,18 +430,13 @@ def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> No
 def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
                     inv_std: torch.Tensor, weight, lay: Layout, need_x: bool, need_w: bool,
                     need_b: bool, x_dtype: torch.dtype, bias_dtype: torch.dtype | None):
-    r"""GN, IN: the boxed formula with gamma constant over the positions (module docstring of
-    :mod:`normcore.grad`), ``c = x - mu0`` recomputed into the gradient's own buffer (one
-    pass each): once for :math:`\sum g\,c` per channel, once for the gradient; the
-    mean's correction ``delta`` (:func:`_shifts`) is taken in the small per-channel
-    factors, :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g` and
-    :math:`(x-\mu)\,s + t = c\,s + (t - \delta s)`.  When every set's mean is at most half
-    its spread (:math:`|\mu|\,r \le 1/2`, as the forward's one pass), ``c`` is not formed:
-    :math:`\sum g\,(x-\mu) = \sum g\,x - \mu \sum g` and :math:`(x-\mu)\,s + t = x\,s + (t -
-    \mu s)`, whose terms in :math:`\mu` are at most half the others (a rounding, one pass
-    fewer each).  ``g`` and ``x`` in the same memory format (contiguous or
-    ``channels_last``), and so is the input's gradient.  Returns the three gradients in the
-    dtypes of x, gamma and beta (None where not needed)."""
+    r"""GN, IN: the boxed formula with gamma constant over the positions (:mod:`normcore.grad`),
+    ``c = x - mu0`` recomputed into the gradient's buffer, once for :math:`\sum g\,c` per
+    channel, once for the gradient; ``delta`` (:func:`_shifts`) goes into the small factors,
+    :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g`, :math:`(x-\mu)\,s + t = c\,s + (t -
+    \delta s)`.  When every :math:`|\mu|\,r \le 1/2` ``c`` is not formed (:math:`x\,s + (t -
+    \mu s)`, the terms in :math:`\mu` at most half the others).  ``g``, ``x`` and the input's
+    gradient in one memory format.  The gradients in the dtypes of x, gamma and beta."""
     cdt = inv_std.dtype
     grp = _groups(lay, x)
     n, pos, chan = grp.n, grp.pos, grp.chan
@@ -495,11 +478,9 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
 # normcore.grad.Normalize's forward and backward when :func:`applies`
 # ---------------------------------------------------------------------------------------
 def forward_function(x, weight, bias, lay: Layout, eps: float):
-    """:func:`forward` (or :func:`forward_groups`) inside ``Normalize.forward``:
-    ``(y, mean, var, kept, inv_std)``, ``y`` in the input's dtype and torch's memory format.
-    ``Normalize.setup_context`` saves ``kept`` (:func:`_shifts`), small, where the plain path
-    keeps x - mu or x_hat, and marks it with ``ctx.kept_is_xhat = None``.  A
-    ``channels_last`` input (GN, IN) is computed on its own memory (:class:`_Groups`)."""
+    """:func:`forward` (or :func:`forward_groups`) inside ``Normalize.forward``: ``(y, mean,
+    var, kept, inv_std)``, ``y`` in the input's dtype and torch's memory format; ``kept``
+    (:func:`_shifts`) is small, where the plain path keeps x - mu or x_hat."""
     run = forward_groups if lay.norm in GROUP_NORMS else forward
     y, mean, var, inv_std, kept = run(x, lay, eps, weight, bias)
     return y.to(x.dtype, memory_format=output_format(lay, x)), mean, var, kept, inv_std
