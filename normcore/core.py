@@ -159,7 +159,7 @@ def _trailing(dims: tuple[int, ...], nd: int) -> tuple[int, ...]:
 
 
 def sum_of_squares(rows: torch.Tensor, precise: bool = False,
-                   exact: bool = False) -> torch.Tensor:
+                   exact: bool = False, double: bool = False) -> torch.Tensor:
     """The sum of squares of each row of a contiguous ``(R, n)``: ``vector_norm(...) ** 2``
     over chunks of at most 256 values, whose squares are then summed (for float32 in float64:
     squaring the rounded norms and summing them in float32 was 2-3 roundings of the sum).
@@ -171,7 +171,8 @@ def sum_of_squares(rows: torch.Tensor, precise: bool = False,
     For float32 rows, ``precise`` takes chunks of 64 values and returns the sums in float64
     (about the time of chunks of 256; measured at (2048, 1024) and (256, 8192): 1.2 and 0.3
     roundings of the sum, where chunks of 256 were 2.3 and 0.8); ``exact`` sums each row in
-    float64 (exact to a rounding of the sum, about 4x the time) and returns float64.  The
+    float64 (exact to a rounding of the sum, about 4x the time) and returns float64;
+    ``double`` returns the sums of chunks of 256 in float64 (not rounded to float32).  The
     variance is then good enough that r, and every output of its set, carries about one
     rounding."""
     n = rows.shape[-1]
@@ -179,7 +180,7 @@ def sum_of_squares(rows: torch.Tensor, precise: bool = False,
     if exact and single:
         return torch.linalg.vector_norm(rows, dim=-1, dtype=torch.float64).square()
     precise = precise and single
-    back = torch.float64 if precise else rows.dtype
+    back = torch.float64 if (precise or double) and single else rows.dtype
     size = 64 if precise else 256
     if n <= size:
         norms = torch.linalg.vector_norm(rows, dim=-1)
