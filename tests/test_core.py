@@ -190,3 +190,12 @@ def test_column_sums_by_32_rows_then_in_float64():
     core.column_sums(x, out)
     ref = x.double().sum(0)
     assert ((out - ref).abs() / x.double().abs().sum(0)).max() <= torch.finfo(torch.float32).eps / 8
+
+
+def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
+    x = torch.randn(8, 2048, generator=torch.Generator().manual_seed(5))
+    got = core.sum_of_squares(x, double=True)
+    assert got.dtype == torch.float64 and core.sum_of_squares(x).dtype == torch.float32
+    ref = x.double().square().sum(1)
+    assert ((got - ref).abs() / ref).max() <= torch.finfo(torch.float32).eps
+    assert torch.equal(core.sum_of_squares(x).double(), got.float().double())
