@@ -90,6 +90,7 @@ def _bn_eval(fn):
     return f
 
 
+RMS_EPS = torch.finfo(torch.float32).eps
 OPS = {
     "batch_norm train": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
                          lambda x, w, b: TF.batch_norm(x, None, None, w, b, training=True), 1),
@@ -100,8 +101,10 @@ OPS = {
                         lambda x, w, b: TF.layer_norm(x, x.shape[-1:], w, b), -1),
     "layer_norm CHW": (lambda x, w, b: F.layer_norm(x, x.shape[1:], w, b),
                        lambda x, w, b: TF.layer_norm(x, x.shape[1:], w, b), "chw"),
-    "rms_norm": (lambda x, w, b: F.rms_norm(x, x.shape[-1:], w),
-                 lambda x, w, b: TF.rms_norm(x, x.shape[-1:], w), -1),
+    # eps given: by default it is the input dtype's machine epsilon, and the float64
+    # reference would then be another function (r off by eps / (2 mean(x^2)), half a rounding)
+    "rms_norm": (lambda x, w, b: F.rms_norm(x, x.shape[-1:], w, eps=RMS_EPS),
+                 lambda x, w, b: TF.rms_norm(x, x.shape[-1:], w, eps=RMS_EPS), -1),
     "group_norm": (lambda x, w, b: F.group_norm(x, 8, w, b),
                    lambda x, w, b: TF.group_norm(x, 8, w, b), 1),
     "dyt": (lambda x, w, b: F.dyt(x, torch.full((1,), 0.5, dtype=x.dtype), w, b),

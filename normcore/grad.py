@@ -167,9 +167,10 @@ from torch.autograd.function import once_differentiable
 
 from . import rows
 from .axes import Layout, layout
-from .core import (affine_out_of_place, apply_affine, compute_dtype, inverse_std,
-                   moments, output_format, scale_is_small, standardize, sum_keep,
-                   sum_of_products, writes_in_place, ws_grad_input)
+from .core import (affine_out_of_place, affine_terms, apply_affine, apply_affine_terms,
+                   compute_dtype, inverse_std, moment_parts, moments, output_format,
+                   scale_is_small, standardize, sum_keep, sum_of_products, writes_in_place,
+                   ws_grad_input)
 
 # The ops that run these Functions are those of normcore.functional (``backward="derived"``,
 # their default): one op per name.
@@ -266,7 +267,8 @@ class Normalize(torch.autograd.Function):
         if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
             return rows.forward_function(x, weight, bias, lay, eps)   # keeps no x - mu
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
-        mean, var, centered = moments(xv, lay)                                 # (1)-(2)
+        rounded, delta, var, centered = moment_parts(xv, lay)                 # (1)-(2)
+        mean = rounded if delta is None else rounded + delta
         inv_std = inverse_std(var, eps)                                        # (3)
         fmt = output_format(lay, x)                    # torch's memory format
         if not writes_in_place():                      # torch.func: out of place
@@ -279,7 +281,13 @@ class Normalize(torch.autograd.Function):
         y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)
         yv = y.view(lay.view_shape)
         if scale_is_small(lay):
-            apply_affine(centered, inv_std, lay, weight, bias, out=yv)         # (4)-(5)
+            # (4)-(5), rounded as few times as can be (float32, contiguous: a channels_last
+            # input keeps the single form, whose two passes are faster on its strides)
+            if xv.dtype == torch.float32 and x.is_contiguous():
+                terms = affine_terms(rounded, delta, var, eps, lay.affine_view_shape, weight, bias)
+                apply_affine_terms(xv, centered, terms, out=yv)
+            else:                                      # float64: nothing to gain
+                apply_affine(centered, inv_std, lay, weight, bias, out=yv)     # (4)-(5)
             kept = centered                                                    # x - mu
         else:
             kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)

@@ -4,19 +4,13 @@ and InstanceNorm with nothing full-size kept for the backward.
 When :math:`\gamma, \beta` vary along every dim of the set :math:`S` (LayerNorm, RMSNorm:
 gamma has ``normalized_shape``) and :math:`S` is the input's trailing dims, the view
 ``(sets, |S|)`` has one set per row, and rows are independent: the formula of
-:mod:`normcore.core` and the boxed gradient of :mod:`normcore.grad` can run on a few rows at
-a time.  Nothing changes in the arithmetic (each row is summed by the same reductions, in
-the same order); what changes is where the data is while the passes run.
-
-Why: in eager PyTorch every step is one pass over its tensors, and the formula takes about
-five passes forward and ten backward, where torch's fused kernels take one or two.  On a
-tensor larger than the cache each pass goes to main memory, and every fresh full-size
-temporary costs page faults as it is first written.  On a block of about
-:data:`BLOCK_ELEMENTS` elements (2 MB in float32) the repeated passes hit the cache:
-the input is read from memory once, the output written once, and the only full-size
-tensors are the output (forward) and the input's gradient (backward), as for torch's
-kernels.  The backward recomputes :math:`\hat x` from the saved input, block by block,
-instead of keeping a full-size :math:`\hat x` from the forward.
+:mod:`normcore.core` and the boxed gradient of :mod:`normcore.grad` run on a few rows at a
+time.  Why: in eager PyTorch every step is one pass over its tensors (about five forward and
+ten backward, where torch's fused kernels take one or two); on a tensor larger than the cache
+each pass goes to main memory, and every fresh full-size temporary costs page faults.  On a
+block of :data:`BLOCK_ELEMENTS` elements (2 MB in float32) the passes hit the cache, and the
+only full-size tensors are the output and the input's gradient, as for torch's kernels (the
+backward recomputes :math:`\hat x` from the saved input, block by block).
 
 Forward, two sweeps over the blocks: the sums :math:`\sum x` and :math:`\sum x^2` of
 each row, then, with every row's :math:`r` found at once, :math:`\hat x\,\gamma + \beta`
@@ -24,7 +18,7 @@ written into the output's rows.  :math:`\sigma^2 = \overline{x^2} - \mu^2` only 
 set's mean is at most half its spread (:func:`_one_pass`: cancellation then costs at most a
 quarter of a rounding); otherwise the corrected two-pass algorithm of
 :func:`normcore.core.moments`, whose rounded mean ``mu0`` and correction ``delta`` are kept
-for the backward (:func:`_shifts`).
+for the backward (:func:`_shifts`).  RMSNorm's sums of squares by chunks of 64 in float64.
 
 Backward, per block: :math:`\hat x` into a block temporary, :math:`P = g\,\hat x`, then the
 four sums: :math:`\partial L/\partial\gamma \mathrel{+}= \sum_{\text{rows}} P`,
@@ -51,13 +45,8 @@ from typing import NamedTuple
 import torch
 
 from .axes import Layout
-from .core import (
-    compute_dtype,
-    inverse_std,
-    output_format,
-    sum_of_squares,
-    writes_in_place,
-)
+from .core import (affine_terms, apply_affine_terms, column_sums, compute_dtype, inverse_std,
+                   output_format, row_sums, sum_of_squares, writes_in_place)
 
 __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward",
            "forward_function", "backward_function"]
@@ -110,9 +99,8 @@ def _memory_format(x: torch.Tensor) -> torch.memory_format:
 
 
 def _blocks(rows: int, row_size: int):
-    """``(start, stop)`` of each block of rows: :data:`BLOCK_ELEMENTS` per thread, so that
-    each op of a block still splits across torch's threads, and there are no more blocks
-    (every op a parallel region, and on a loaded machine each costs a wait for a thread)."""
+    """``(start, stop)`` of each block of rows: :data:`BLOCK_ELEMENTS` per thread, so that each
+    op still splits across torch's threads, and no more blocks (each op waits for a thread)."""
     step = max(1, BLOCK_ELEMENTS * torch.get_num_threads() // max(row_size, 1))
     return [(s, min(s + step, rows)) for s in range(0, rows, step)]
 
@@ -120,16 +108,12 @@ def _blocks(rows: int, row_size: int):
 def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     r"""``(y, mean, var, inv_std, kept)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
     dtype, the statistics of shape ``lay.stat_shape`` (``mean`` zeros when uncentered), and
-    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).
-
-    Two sweeps over the blocks: the sums (:math:`\sum x`, :math:`\sum x^2`), then, with
-    every set's ``r`` found at once, :math:`\hat x\,\gamma + \beta` written into the
-    output.  When some set's mean is large beside its spread (:func:`_one_pass`), the
-    second sweep is the two-pass one instead (:func:`_two_pass_block`).
-
-    Every step writes into a buffer made before the loop (``out=``): small temporaries
-    made between the large allocations fragment the heap, and the next call's output then
-    comes from fresh pages (page faults cost more than the whole computation)."""
+    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).  Two sweeps over the
+    blocks: the sums (:math:`\sum x`, :math:`\sum x^2`), then, with every set's ``r`` found
+    at once, :math:`\hat x\,\gamma + \beta` written into the output.  When some set's mean
+    is large beside its spread (:func:`_one_pass`), the second sweep is the two-pass one
+    instead (:func:`_two_pass_block`).  Every step writes into a buffer made before the loop
+    (``out=``): small temporaries between large allocations fragment the heap (page faults)."""
     cdt = compute_dtype(x.dtype)
     n, sets = lay.set_size, lay.num_sets
     stats = torch.zeros(5, sets, 1, dtype=cdt, device=x.device)
@@ -142,12 +126,15 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     blocks = _blocks(sets, n)
     for s, e in blocks:                                                          # the sums
         xb = x2[s:e].to(cdt)
-        var[s:e].copy_(sum_of_squares(xb).view(-1, 1))
         if lay.centered:
+            var[s:e].copy_(sum_of_squares(xb).view(-1, 1))
             torch.sum(xb, 1, keepdim=True, out=mu0[s:e])
-    var.div_(n)                                                                  # mean square
-    one_pass = not lay.centered or _one_pass(mu0.div_(n), var)                   # sigma^2
-    if one_pass:
+        else:   # RMSNorm: chunks of 64 in float64, r from them (its dx was 1.04x torch's error)
+            v64 = sum_of_squares(xb, precise=True).view(-1, 1).double() / n
+            var[s:e].copy_(v64)
+            inv[s:e].copy_(inverse_std(v64, eps))                                # r
+    one_pass = not lay.centered or _one_pass(mu0.div_(n), var.div_(n))          # sigma^2
+    if one_pass and lay.centered:
         inv.copy_(inverse_std(var, eps))                                         # r
     for s, e in blocks:
         xb, yb, r = x2[s:e].to(cdt), y2[s:e], inv[s:e]
@@ -170,9 +157,7 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
 
 def _two_pass_block(xb, yb, mu0, delta, var, r, eps: float) -> None:
     r""":math:`\hat x` of a block of rows into ``yb`` by the corrected two-pass algorithm
-    (``mu0`` the rounded mean, ``delta`` the mean of ``x - mu0``, the variance of
-    :func:`_variance`), for sets whose mean is large beside their spread; the statistics
-    are written into ``delta``, ``var`` and ``r``."""
+    (:func:`_variance`), for large means; the statistics into ``delta``, ``var`` and ``r``."""
     n = xb.shape[1]
     c = torch.sub(xb, mu0, out=yb)                                               # x - mu0
     d = torch.sum(c, 1, keepdim=True, out=delta).div_(n)                        # delta
@@ -184,21 +169,17 @@ def _two_pass_block(xb, yb, mu0, delta, var, r, eps: float) -> None:
 
 
 def _variance(sum_sq: torch.Tensor, delta: torch.Tensor, n: int) -> torch.Tensor:
-    r"""In place, the sums of squares of ``c = x - mu0`` (whose mean is ``delta``) made
-    :math:`\sigma^2 = \frac1n\sum_S c^2 - \delta^2`: the corrected two-pass formula, the
-    variance of ``c - delta`` without forming it (one pass fewer)."""
+    r"""In place, the sums of squares of ``c = x - mu0`` (mean ``delta``) made :math:`\sigma^2 =
+    \frac1n\sum_S c^2 - \delta^2`, the variance of ``c - delta`` without forming it."""
     return sum_sq.div_(n).sub_(delta * delta)
 
 
 def _one_pass(mu: torch.Tensor, mean_square: torch.Tensor) -> bool:
     r"""Whether every set's mean is small beside its spread, :math:`4\,\mu^2 \le
     \overline{x^2} - \mu^2` (:math:`|\mu| \le \sigma/2`): then :math:`\sigma^2 =
-    \overline{x^2} - \mu^2` loses at most a quarter of a rounding to cancellation
-    (:math:`\overline{x^2} \le 1.25\,\sigma^2`), and the rounding error of
-    :math:`\mu` moves :math:`\hat x` by about a rounding of :math:`\overline{|x|}/\sigma`,
-    as the corrected two-pass algorithm's would; ``mean_square`` becomes the variance
-    (in place).  Otherwise (a large mean) the caller takes the two passes
-    (:func:`_variance`), which the one-pass formula would lose to cancellation."""
+    \overline{x^2} - \mu^2` loses at most a quarter of a rounding to cancellation, and
+    ``mean_square`` becomes the variance (in place).  Otherwise (a large mean) the caller
+    takes the two passes (:func:`_variance`)."""
     ok = bool((mu * mu).mul_(5.0).le_(mean_square).all())
     if ok:
         mean_square.sub_(mu * mu)
@@ -208,19 +189,16 @@ def _one_pass(mu: torch.Tensor, mean_square: torch.Tensor) -> bool:
 def _negligible(delta: torch.Tensor, inv_std: torch.Tensor) -> bool:
     r"""Whether subtracting ``delta`` (the rounding error of the mean) would move no
     :math:`\hat x = (c - \delta)\,r` by more than an eighth of a rounding of 1: then the
-    pass over the block that subtracts it is skipped (on inputs whose mean is not large
-    beside their spread it is a few thousandths of a rounding; where it is, it is taken)."""
+    pass over the block that subtracts it is skipped."""
     bound = torch.finfo(delta.dtype).eps / 16
     return bool((delta * inv_std).abs().max() <= bound)
 
 
 def _shifts(kept: torch.Tensor):
     r"""``(mu0, delta)`` from what the forward kept: ``mu0`` the rounded mean the forward
-    centered with, ``delta`` the mean of ``x - mu0`` (the rounding error of ``mu0``).  The
-    backward recomputes ``x - mu0`` from the saved input, bit for bit the forward's, and takes
-    ``delta`` into its small per-set factors (GN, IN) or subtracts it (LN, when it is not
-    negligible): the mean, rounded once more, would shift every :math:`\hat x` by a
-    rounding of :math:`|\mu|/\sigma`."""
+    centered with, ``delta`` the mean of ``x - mu0`` (its rounding error).  The backward
+    recomputes ``x - mu0`` from x, bit for bit the forward's, and takes ``delta`` into its
+    small per-set factors (GN, IN) or subtracts it (LN, when not negligible)."""
     return kept[0], kept[1]
 
 
@@ -237,7 +215,9 @@ def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torc
     mu0, delta = _shifts(kept)
     r2 = inv_std.reshape(sets, 1)
     sums = torch.empty(2, sets, 1, dtype=cdt, device=g.device)        # per row, per block
-    parts = torch.zeros(2, len(steps), n, dtype=cdt, device=g.device)  # gamma, beta sums
+    # RMSNorm: gamma sums in float64 (its dgamma was 1.1x torch's error); LN is well below
+    acc = torch.float64 if cdt == torch.float32 and not lay.centered else cdt
+    parts = torch.zeros(2, len(steps), n, dtype=acc, device=g.device)
     tmp = torch.empty(2, min(steps[0][1], sets), n, dtype=cdt, device=g.device)
     x2, g2 = x.reshape(sets, n), g.reshape(sets, n).to(cdt)
     dx = torch.empty(lay.shape, dtype=cdt, device=g.device) if need_x else None
@@ -253,9 +233,9 @@ def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torc
             torch.mul(x2[s:e].to(cdt), rb, out=xhat)
         torch.mul(gb, xhat, out=prod)                                   # g x_hat
         if need_w:
-            torch.sum(prod, 0, out=parts[0, k])                         # dL/dgamma, these rows
+            column_sums(prod, parts[0, k])                             # dL/dgamma, these rows
         if need_b:
-            torch.sum(gb, 0, out=parts[1, k])                           # dL/dbeta, these rows
+            column_sums(gb, parts[1, k])                               # dL/dbeta, these rows
         if not need_x:
             continue
         # per row, with d = gamma g: -sum_S(d x_hat) / n and -sum_S(d) / n
@@ -265,7 +245,10 @@ def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torc
         else:
             torch.mv(prod, w, out=sdx.view(-1))
         out = dx.view(sets, n)[s:e]
-        torch.mul(xhat, sdx.mul_(-1.0 / n), out=out)                    # - x_hat sum(d x_hat) / n
+        if lay.centered:
+            torch.mul(xhat, sdx.mul_(-1.0 / n), out=out)                # - x_hat sum(d x_hat) / n
+        else:   # x_hat = x r: the factor on x itself, one rounding fewer
+            torch.mul(x2[s:e].to(cdt), sdx.mul_(rb).mul_(-1.0 / n), out=out)
         if lay.centered:
             if w is None:
                 torch.sum(gb, 1, keepdim=True, out=sd)
@@ -329,10 +312,8 @@ class _Groups(NamedTuple):
         return out
 
     def sum_of_squares(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The squared norm of each set of ``c``, into ``out`` (``(N * G, 1)``); for a
-        ``channels_last`` view by blocks of samples (or of one sample's positions), each
-        squared into a block temporary (``vector_norm`` over the strided positions was
-        10x slower)."""
+        """The squared norm of each set of ``c`` into ``out`` (``(N * G, 1)``); ``channels_last``:
+        by blocks of samples (or positions) squared into a temporary (``vector_norm``: 10x)."""
         if self.pos == 3:
             return out.copy_(sum_of_squares(c.reshape(out.shape[0], -1)).view(-1, 1))
         N, P = c.shape[0], c.shape[1]
@@ -371,66 +352,91 @@ def _groups(lay: Layout, x: torch.Tensor) -> _Groups:
 
 
 def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    r"""GN, IN (and BN on ``channels_last`` memory): the sum and the sum of squares of each
-    set; when every set's mean is at most half its spread (:func:`_one_pass`),
-    :math:`y = x\,(\gamma r) + (\beta - \mu\,\gamma r)`, two passes over the output, the
-    mean folded into the small per-channel shift (its product with :math:`\gamma r` is at
-    most half the output's scale: a rounding of it, not the rounding of :math:`|\mu|/\sigma`
-    the folding costs when the mean is large).  Otherwise the corrected two-pass steps:
-    ``x - mu0`` into the output, the mean ``delta`` and the squared norm of each centered
-    set (:func:`_variance`), and :math:`(x-\mu_0)(\gamma r) + (\beta - \delta\,\gamma r)`
-    in place (the mean's correction in the shift).  The backward gets x, ``(mu0, delta)``
-    and r, not the full-size x - mu the plain path keeps, so that the output is the only
-    full-size tensor made (each fresh one costs its page faults).  On a ``channels_last``
-    input every pass runs on the ``(N, P, G, C/G)`` view of its memory, and the output keeps
-    that format, as torch's.  Returns ``(y, mean, var, inv_std, kept)``."""
+    r"""GN, IN (and BN on ``channels_last`` memory), ``(y, mean, var, inv_std, kept)``.  A
+    contiguous float32 input: :func:`_precise_groups`.  Otherwise the sum and the sum of
+    squares of each set, and when :func:`_one_pass` holds :math:`y = x\,(\gamma r) + (\beta -
+    \mu\,\gamma r)` (the mean folded into the small shift); else ``x - mu0`` into the output,
+    its mean ``delta`` (:func:`_variance`) and :math:`(x-\mu_0)(\gamma r) + (\beta -
+    \delta\,\gamma r)` in place.  The backward gets x, ``(mu0, delta)`` and r, not a full-size
+    x - mu: the output is the only full-size tensor made (each costs its page faults).  A
+    ``channels_last`` input runs on the ``(N, P, G, C/G)`` view of its memory, and so is y."""
     cdt = compute_dtype(x.dtype)
     grp = _groups(lay, x)
     n = grp.n
-    sets = lay.num_sets
-    stats = torch.zeros(5, sets, 1, dtype=cdt, device=x.device)
+    stats = torch.zeros(5, lay.num_sets, 1, dtype=cdt, device=x.device)
     mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
     xv = grp.of(x, cdt)
     y = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
     yv = grp.of(y, cdt)
-    grp.group_sum(xv, mu0).div_(n)                                               # mu0
-    grp.sum_of_squares(xv, var).div_(n)                                          # mean square
-    one_pass = _one_pass(mu0, var)                                               # sigma^2
-    if not one_pass:
-        torch.sub(xv, grp.spread(grp.per_group(mu0)), out=yv)                   # x - mu0
-        grp.group_sum(yv, delta).div_(n)                                         # delta
-        _variance(grp.sum_of_squares(yv, var), delta, n)                      # sigma^2
-    inv.copy_(inverse_std(var, eps))                                             # r
-    scale = grp.per_group(inv)
-    if weight is not None:
-        scale = scale * grp.per_channel(weight.to(cdt))                          # gamma r
-    # the shift: beta - mu gamma r (one pass), or beta - delta gamma r after x - mu0
-    shift = grp.per_group(mu0 if one_pass else delta) * scale
-    shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
-    if one_pass:
-        torch.mul(xv, grp.spread(scale), out=yv).add_(grp.spread(shift))        # y
+    if cdt == torch.float32 and grp.pos == 3:          # contiguous: the two forms, float64
+        _precise_groups(xv, yv, grp, stats, eps, weight, bias)
     else:
-        yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                       # y
+        grp.group_sum(xv, mu0).div_(n)                                               # mu0
+        grp.sum_of_squares(xv, var).div_(n)                                          # mean square
+        one_pass = _one_pass(mu0, var)                                               # sigma^2
+        if not one_pass:
+            torch.sub(xv, grp.spread(grp.per_group(mu0)), out=yv)                   # x - mu0
+            grp.group_sum(yv, delta).div_(n)                                         # delta
+            _variance(grp.sum_of_squares(yv, var), delta, n)                      # sigma^2
+        inv.copy_(inverse_std(var, eps))                                             # r
+        scale = grp.per_group(inv)
+        if weight is not None:
+            scale = scale * grp.per_channel(weight.to(cdt))                          # gamma r
+        # the shift: beta - mu gamma r (one pass), or beta - delta gamma r after x - mu0
+        shift = grp.per_group(mu0 if one_pass else delta) * scale
+        shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
+        if one_pass:
+            torch.mul(xv, grp.spread(scale), out=yv).add_(grp.spread(shift))        # y
+        else:
+            yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                       # y
     shape = lay.stat_shape
     mean = torch.add(mu0, delta, out=stats[4]).reshape(shape)                   # mu0 + delta
     return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
 
 
+def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> None:
+    r"""Contiguous float32 GN, IN into ``yv``, ``stats``: sums by chunks in float64 (of 64 in sets
+    of <= 1024: IN's y was 1.08x torch's error by 256); :math:`\overline{x^2} - \mu^2` when
+    :func:`_one_pass` holds, else ``x - mu0`` rounded once, its mean ``delta`` folded into the
+    variance (squares summed exactly in short sets) and shift; y as :func:`core.affine_terms`."""
+    mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
+    n, rows = grp.n, xv.reshape(mu0.shape[0], -1)
+    mu64 = row_sums(rows) / n
+    var64 = sum_of_squares(rows, precise=n <= 1024, double=True).view(-1, 1) / n
+    near = _one_pass(mu64, var64)                                # sigma^2 in place when near
+    mu0.copy_(mu64)
+    if near:
+        delta.copy_(mu64 - mu0.double())
+    else:
+        c = torch.sub(xv, grp.per_group(mu0), out=yv)                            # x - mu0
+        grp.group_sum(c, delta).div_(n)                                          # delta
+        var64 = sum_of_squares(c.reshape(rows.shape), precise=True, exact=n <= 1024)
+        var64 = var64.view(-1, 1) / n - delta.double().square()                 # sigma^2
+    var.copy_(var64)
+    inv.copy_(r64 := inverse_std(var64, eps))                                    # r
+    shape = (1, grp.view[1], grp.view[2], 1)                                     # (1, G, C/G, 1)
+    if not near:
+        st = [grp.per_group(t) for t in (mu0, delta, var64)]
+        apply_affine_terms(xv, yv, affine_terms(*st, eps, shape, weight, bias, uncorrected=True),
+                           out=yv)                                               # y
+        return
+    # every set near 0: affine_terms' first form x s + (beta - mu s), fewer small steps
+    s = grp.per_group(r64) * (1.0 if weight is None else weight.double().view(shape))
+    t = grp.per_group(mu64) * (s := s.to(xv.dtype)).double()
+    t = (-t if bias is None else bias.double().view(shape) - t).to(xv.dtype)
+    yv.copy_(t.expand_as(yv)).addcmul_(xv, s)                                    # y
+
+
 def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
                     inv_std: torch.Tensor, weight, lay: Layout, need_x: bool, need_w: bool,
                     need_b: bool, x_dtype: torch.dtype, bias_dtype: torch.dtype | None):
-    r"""GN, IN: the boxed formula with gamma constant over the positions (module docstring of
-    :mod:`normcore.grad`), ``c = x - mu0`` recomputed into the gradient's own buffer (one
-    pass each): once for :math:`\sum g\,c` per channel, once for the gradient; the
-    mean's correction ``delta`` (:func:`_shifts`) is taken in the small per-channel
-    factors, :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g` and
-    :math:`(x-\mu)\,s + t = c\,s + (t - \delta s)`.  When every set's mean is at most half
-    its spread (:math:`|\mu|\,r \le 1/2`, as the forward's one pass), ``c`` is not formed:
-    :math:`\sum g\,(x-\mu) = \sum g\,x - \mu \sum g` and :math:`(x-\mu)\,s + t = x\,s + (t -
-    \mu s)`, whose terms in :math:`\mu` are at most half the others (a rounding, one pass
-    fewer each).  ``g`` and ``x`` in the same memory format (contiguous or
-    ``channels_last``), and so is the input's gradient.  Returns the three gradients in the
-    dtypes of x, gamma and beta (None where not needed)."""
+    r"""GN, IN: the boxed formula with gamma constant over the positions (:mod:`normcore.grad`),
+    ``c = x - mu0`` recomputed into the gradient's buffer, once for :math:`\sum g\,c` per
+    channel, once for the gradient; ``delta`` (:func:`_shifts`) goes into the small factors,
+    :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g`, :math:`(x-\mu)\,s + t = c\,s + (t -
+    \delta s)`.  When every :math:`|\mu|\,r \le 1/2` ``c`` is not formed (:math:`x\,s + (t -
+    \mu s)`, the terms in :math:`\mu` at most half the others).  ``g``, ``x`` and the input's
+    gradient in one memory format.  The gradients in the dtypes of x, gamma and beta."""
     cdt = inv_std.dtype
     grp = _groups(lay, x)
     n, pos, chan = grp.n, grp.pos, grp.chan
@@ -472,11 +478,9 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
 # normcore.grad.Normalize's forward and backward when :func:`applies`
 # ---------------------------------------------------------------------------------------
 def forward_function(x, weight, bias, lay: Layout, eps: float):
-    """:func:`forward` (or :func:`forward_groups`) inside ``Normalize.forward``:
-    ``(y, mean, var, kept, inv_std)``, ``y`` in the input's dtype and torch's memory format.
-    ``Normalize.setup_context`` saves ``kept`` (:func:`_shifts`), small, where the plain path
-    keeps x - mu or x_hat, and marks it with ``ctx.kept_is_xhat = None``.  A
-    ``channels_last`` input (GN, IN) is computed on its own memory (:class:`_Groups`)."""
+    """:func:`forward` (or :func:`forward_groups`) inside ``Normalize.forward``: ``(y, mean,
+    var, kept, inv_std)``, ``y`` in the input's dtype and torch's memory format; ``kept``
+    (:func:`_shifts`) is small, where the plain path keeps x - mu or x_hat."""
     run = forward_groups if lay.norm in GROUP_NORMS else forward
     y, mean, var, inv_std, kept = run(x, lay, eps, weight, bias)
     return y.to(x.dtype, memory_format=output_format(lay, x)), mean, var, kept, inv_std

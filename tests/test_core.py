@@ -105,3 +105,97 @@ def test_rms_norm_has_no_centering():
     x = torch.full((2, 4), 3.0, dtype=torch.float64)
     torch.testing.assert_close(F.rms_norm(x, (4,), eps=0.0 + 1e-12), torch.ones(2, 4, dtype=torch.float64))
     assert not axes.layout("rms", (2, 4)).centered
+
+
+# ---------------------------------------------------------------------------------------
+# float32 rounding: the sums of squares and the output's two forms (core.affine_terms)
+# ---------------------------------------------------------------------------------------
+U32 = 2.0 ** -24      # one float32 rounding, relative
+
+
+@pytest.mark.parametrize("n", [512, 1024, 8192])
+def test_sum_of_squares_precise_and_exact_are_float64(n):
+    rows = torch.randn(64, n, generator=torch.Generator().manual_seed(n)) * 3 + 1
+    ref = rows.double().square().sum(-1)
+    plain = core.sum_of_squares(rows)
+    precise = core.sum_of_squares(rows, precise=True)
+    exact = core.sum_of_squares(rows, exact=True)
+    assert plain.dtype == torch.float32 and precise.dtype == exact.dtype == torch.float64
+    assert ((exact - ref).abs() / ref).max() < 1e-14
+    # chunks of 64 in float64: a fraction of the rounding the float32 result carries
+    assert ((precise - ref).abs() / ref).max() < 2 * U32
+    assert ((plain.double() - ref).abs() / ref).max() < 4 * U32
+    # float64 rows: the flags change nothing but the accumulation's own precision
+    assert core.sum_of_squares(rows.double(), precise=True).dtype == torch.float64
+
+
+def _split_case(mu):
+    """An (N, C, P) view with per-set means ``mu`` (sigma 1) and its float64 statistics."""
+    x = torch.randn(4, len(mu), 256, generator=torch.Generator().manual_seed(0)) \
+        + torch.tensor(mu).view(1, -1, 1)
+    mean = x.double().mean((0, 2), keepdim=True)
+    return x, mean, ((x.double() - mean) ** 2).mean((0, 2), keepdim=True)
+
+
+def test_affine_terms_split_at_two_sigma():
+    # a set whose mean is within 2 sigma of 0 takes x s + (beta - mu s), the others
+    # (x - mu) s + beta; s is gamma r rounded once from float64
+    _, mean, var = _split_case([0.0, 1.5, 2.5, 300.0])
+    w, b = torch.tensor([0.5, 1.0, 1.5, 2.0]), torch.tensor([0.1, -0.2, 0.3, 0.0])
+    m32 = mean.float()
+    s_x, s_c, t = core.affine_terms(m32, (mean - m32.double()).float(), var.float(), 1e-5,
+                                    (1, 4, 1), w, b)
+    near = torch.tensor([True, True, False, False]).view(1, 4, 1)
+    s = (torch.rsqrt(var.float().double() + 1e-5) * w.double().view(1, 4, 1)).float()
+    assert torch.equal(s_x, torch.where(near, s, torch.zeros_like(s)))
+    assert torch.equal(s_c, torch.where(near, torch.zeros_like(s), s))
+    mu = m32.double() + (mean - m32.double()).float().double()
+    expect = b.double().view(1, 4, 1) - torch.where(near, mu, torch.zeros_like(mu)) * s.double()
+    assert torch.equal(t, expect.float())
+
+
+@pytest.mark.parametrize("into_centered", [False, True])
+def test_apply_affine_terms_is_the_formula(into_centered):
+    x, mean, var = _split_case([0.3, -1.0, 4.0, 300.0])     # both forms in one tensor
+    w, b = torch.rand(4, generator=torch.Generator().manual_seed(1)) + 0.5, torch.randn(4)
+    m32 = mean.float()
+    delta = (mean - m32.double()).float()
+    terms = core.affine_terms(m32, delta, var.float(), 1e-5, (1, 4, 1), w, b)
+    centered = x - m32 - delta
+    out = centered if into_centered else torch.empty_like(x)
+    y = core.apply_affine_terms(x, centered, terms, out=out)
+    assert y is out
+    ref = (x.double() - mean) * torch.rsqrt(var + 1e-5) * w.double().view(1, 4, 1) \
+        + b.double().view(1, 4, 1)
+    err = (y.double() - ref).abs().max() / ref.abs().max()
+    assert err < 4 * U32, err
+
+
+
+@pytest.mark.parametrize("n", [1024, 192, 100])
+def test_row_sums_are_float64_sums_to_a_fraction_of_a_rounding(n):
+    """core.row_sums: by chunks of 256 (1024), of 64 (192), or the whole row in float64 (100)."""
+    x = torch.randn(64, n, generator=torch.Generator().manual_seed(n)) + 0.5
+    got = core.row_sums(x)
+    assert got.dtype == torch.float64 and got.shape == (64, 1)
+    ref = x.double().sum(1, keepdim=True)
+    scale = x.double().abs().sum(1, keepdim=True)
+    assert ((got - ref).abs() / scale).max() <= torch.finfo(torch.float32).eps / 2
+    assert torch.equal(core.row_sums(x, exact=True), ref)
+
+
+def test_column_sums_by_32_rows_then_in_float64():
+    x = torch.randn(1024, 512, generator=torch.Generator().manual_seed(3))
+    out = torch.empty(512, dtype=torch.float64)
+    core.column_sums(x, out)
+    ref = x.double().sum(0)
+    assert ((out - ref).abs() / x.double().abs().sum(0)).max() <= torch.finfo(torch.float32).eps / 8
+
+
+def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
+    x = torch.randn(8, 2048, generator=torch.Generator().manual_seed(5))
+    got = core.sum_of_squares(x, double=True)
+    assert got.dtype == torch.float64 and core.sum_of_squares(x).dtype == torch.float32
+    ref = x.double().square().sum(1)
+    assert ((got - ref).abs() / ref).max() <= torch.finfo(torch.float32).eps
+    assert torch.equal(core.sum_of_squares(x).double(), got.float().double())
