@@ -146,9 +146,11 @@ def test_the_link_check_can_fail():
     assert _check("`F.layer_norm(x, (4,))` computes") == [
         "`F.layer_norm(x, (4,))` (normcore.functional.layer_norm)"]
     assert _check("then `from_torch` swaps") == ["`from_torch` (normcore.nn.from_torch)"]
-    # only the first mention must link; a role is a link
+    # only the first mention must link; a link to the entry, or a py role, is a link
+    assert _check("[`F.layer_norm`](#normcore.functional.layer_norm), `F.layer_norm`") == []
     assert _check("{py:func}`F.layer_norm <normcore.functional.layer_norm>`, `F.layer_norm`") == []
-    assert _check("`F.layer_norm`, then {py:func}`normcore.functional.layer_norm`") != []
+    assert _check("`F.layer_norm`, then [`F.layer_norm`](#normcore.functional.layer_norm)") != []
+    assert _check("[`F.layer_norm`](#normcore.functional.rms_norm), `F.layer_norm`") != []
     # not mentions: torch's names, an attribute, a bare name torch has too, code blocks,
     # a link's text, and F without a chapter that imports normcore.functional as F
     assert _check("`torch.nn.BatchNorm2d`, `DyT.alpha`, `BatchNorm2d`, `batch_norm`, "
@@ -161,8 +163,8 @@ def test_linking_keeps_the_text_and_is_idempotent():
     resolve = api_links.Resolver(names, {"F": "normcore.functional"}, api_links._torch_names())
     text = "See `normcore.nn.BatchNorm1d / 2d / 3d` and `F.rms_norm(x, (4,))`, then `F.rms_norm`."
     linked = api_links.link(text, resolve, set(), False)
-    assert linked == ("See {py:class}`normcore.nn.BatchNorm1d / 2d / 3d <normcore.nn.BatchNorm1d>` "
-                      "and {py:func}`F.rms_norm(x, (4,)) <normcore.functional.rms_norm>`, then "
+    assert linked == ("See [`normcore.nn.BatchNorm1d / 2d / 3d`](#normcore.nn.BatchNorm1d) "
+                      "and [`F.rms_norm(x, (4,))`](#normcore.functional.rms_norm), then "
                       "`F.rms_norm`.")
     assert api_links.link(linked, resolve, set(), False) == linked
 

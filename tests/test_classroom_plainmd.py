@@ -104,6 +104,14 @@ def test_math(index):
     assert plain("{math}`x^2`", index) == "$x^2$"
 
 
+def test_links_to_the_api_reference_become_their_code(index):
+    # the reference is the book's, not the notebook's: the link's text stays, as code
+    assert plain("See [`F.rms_norm`](#normcore.functional.rms_norm) and "
+                 "{py:class}`nnc.DyT <normcore.nn.DyT>`.", index) == (
+        "See `F.rms_norm` and `nnc.DyT`.")
+    assert plain("A [link](https://example.org).", index) == "A [link](https://example.org)."
+
+
 def test_code_blocks_and_code_spans_are_left_alone(index):
     text = "```python\nf'{cite}`x`'\n```\n\nThe role `{ref}` and ``{doc}`x` ``."
     assert plain(text, index) == text

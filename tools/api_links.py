@@ -14,10 +14,13 @@ blocks) that starts with the name, whole, in one of these forms:
   A bare ```BatchNorm2d``` or ```batch_norm``` may be torch's, and is not a mention.
 
 The name must end the span or be followed by ``(`` or a space: ```DyT.alpha``` is an
-attribute, not a mention of ``DyT``. The first mention of each name in a chapter is a MyST
-role that links to the entry, with the span's text as its title so the prose reads as
-before: ```F.layer_norm``` becomes ``{py:func}`F.layer_norm <normcore.functional.layer_norm>```.
-A mention already written as a role (``{py:class}`...```) counts as a link.
+attribute, not a mention of ``DyT``. The first mention of each name in a chapter becomes a
+markdown link to the entry, the span kept as its text: ```F.layer_norm``` becomes
+``[`F.layer_norm`](#normcore.functional.layer_norm)``. MyST resolves ``#name`` through the
+Python domain (a wrong name fails the build), and JupyterLab (jupyterlab-myst) shows the span
+as it was, where a role with a title (``{py:func}`F.layer_norm <normcore...>```) shows its
+raw text ``F.layer_norm <normcore.functional.layer_norm>``. A mention already written as
+such a link, or as a ``py`` role, counts as a link.
 
 Usage:
   python tools/api_links.py chapters/*.ipynb chapters/*.md          # link in place
@@ -43,7 +46,7 @@ MODULES = ("normcore.nn", "normcore.functional")
 # an inline code span, or a MyST role with its content; a markdown link's text is matched
 # as a whole (`[...](...)`) so that a span inside one is not taken for a plain mention
 _SPAN = re.compile(
-    r"\[[^\]\n]*\]\([^)\n]*\)"                       # a markdown link: skipped
+    r"\[[^\]\n]*\]\((?P<url>[^)\n]*)\)"               # a markdown link: not a mention
     r"|\{(?P<role>[\w:.-]+)\}`(?P<rtext>[^`\n]+)`"   # a role
     r"|(?<!`)`(?P<code>[^`\n]+)`(?!`)"               # an inline code span
 )
@@ -147,8 +150,8 @@ def prose_pieces(text: str, markdown_file: bool) -> list[tuple[int, int]]:
 
 def link(text: str, resolve: Resolver, seen: set[str], markdown_file: bool,
          problems: list[str] | None = None) -> str:
-    """``text`` with the first mention of each name not in ``seen`` made a role (``seen``
-    grows); with ``problems`` given, nothing is changed and each unlinked first mention is
+    """``text`` with the first mention of each name not in ``seen`` made a link to its
+    entry (``seen`` grows); with ``problems`` given, nothing is changed and each unlinked first mention is
     added to it instead."""
     out, last = [], 0
     for a, b in prose_pieces(text, markdown_file):
@@ -159,6 +162,10 @@ def link(text: str, resolve: Resolver, seen: set[str], markdown_file: bool,
                 if m["role"].startswith("py:") and full in resolve.names:
                     seen.add(full)
                 continue
+            if m["url"] is not None:                   # a link, to the reference or not
+                if m["url"].startswith("#") and m["url"][1:] in resolve.names:
+                    seen.add(m["url"][1:])
+                continue
             if m["code"] is None:
                 continue
             full = resolve(m["code"])
@@ -168,9 +175,8 @@ def link(text: str, resolve: Resolver, seen: set[str], markdown_file: bool,
             if problems is not None:
                 problems.append(f"`{m['code']}` ({full})")
                 continue
-            role = resolve.names[full].role
             out.append(text[last:m.start()])
-            out.append(f"{{{role}}}`{m['code']} <{full}>`")
+            out.append(f"[`{m['code']}`](#{full})")
             last = m.end()
     out.append(text[last:])
     return "".join(out)

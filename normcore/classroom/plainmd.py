@@ -19,8 +19,8 @@ MyST                                            plain markdown
 {doc}`06_group_norm`                            ``[6. GroupNorm ...](06_group_norm.ipynb)``
 {cite}`a,b`, {cite:t}`a`                        ``(Author, 2018; ...)``, ``Author (2018)``
 {math}`x`                                       ``$x$``
-{py:func}`F.rms_norm <normcore...rms_norm>`     ```F.rms_norm``` (the text, as code: the API
-                                                reference is the book's, not the notebook's)
+{py:func}`F.rms_norm <normcore...rms_norm>`,    ```F.rms_norm``` (the text, as code: the API
+[`F.rms_norm`](#normcore.functional.rms_norm)   reference is the book's, not the notebook's)
 ==============================================  ===============================================
 
 ``$`` and ``$$`` math stays as it is (Jupyter's MathJax renders it).  The numbers of exercises,
@@ -52,6 +52,8 @@ _TARGET = re.compile(r"^\s*\((?P<label>[^()\s]+)\)=\s*$")
 _LABELLED_MATH = re.compile(r"^\$\$\s*\((?P<label>[^()\s]+)\)\s*$")
 _CODE_SPAN = re.compile(r"(?P<role>\{(?P<name>[\w:-]+)\})?(?P<ticks>`+)(?P<body>.+?)(?P=ticks)",
                         re.S)
+# a link to an entry of the book's API reference (tools/api_links.py): its text, as code
+_API_LINK = re.compile(r"\[(?P<text>`[^`\n]+`)\]\(#normcore\.[\w.]+\)")
 _EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<label>[^<>]+)>$", re.S)
 _HEADING = re.compile(r"^#{1,6}\s+(?P<text>.+?)\s*#*\s*$")
 
@@ -262,6 +264,8 @@ class _Rewriter:
 
     # --- roles ------------------------------------------------------------------------
     def inline(self, text: str) -> str:
+        text = _API_LINK.sub(lambda m: m["text"], text)
+
         def sub(m):
             if not m["role"]:
                 return m[0]
