@@ -13,7 +13,7 @@ from torch.nn.modules.conv import _ConvNd
 
 from .. import _checks as checks
 from .. import functional as F
-from ..defaults import fill_defaults
+from ..defaults import _shown, fill_defaults
 from . import _doc
 from ._fx import traced_as_leaf
 
@@ -62,9 +62,9 @@ weights (:math:`C_{\text{in}}` counts one group's input channels when ``groups >
     \quad \text{(bit, timm)},
 
 with :math:`\sigma_c` the **unbiased** standard deviation of the filter for the paper's
-reference code (``"original"``, :math:`\epsilon` = 1e-5 outside the root) and
-:math:`\sigma_c^2` the **biased** variance for BiT (``"bit"``, :math:`\epsilon` = 1e-10)
-and timm's ``StdConv2d`` (``"timm"``, :math:`\epsilon` = 1e-6); see
+reference code (``"original"``, :math:`\epsilon` = <<EPS_original>> outside the root) and
+:math:`\sigma_c^2` the **biased** variance for BiT (``"bit"``, :math:`\epsilon` =
+<<EPS_bit>>) and timm's ``StdConv2d`` (``"timm"``, :math:`\epsilon` = <<EPS_timm>>); see
 :func:`normcore.functional.weight_standardize`.  The stored ``weight`` is the raw
 :math:`\mathbf{W}`, and :math:`\hat{\mathbf{W}}` is recomputed at each call (in train and
 eval mode alike), so the gradient reaches :math:`\mathbf{W}` through the standardization.
@@ -100,6 +100,11 @@ Differs from torch:
 Examples:
 <<EXAMPLES>>
 """
+# each convention's default eps, read from its table (normcore._checks.WS_CONVENTIONS)
+for _name, _conv in checks.WS_CONVENTIONS.items():
+    _WS = _WS.replace(f"<<EPS_{_name}>>", _shown(_conv["eps"]))
+del _name, _conv
+
 
 _WS_PIECES = {"SCRIPT": _doc.SCRIPT, "PAGE": _doc.PAGE,
               "DEVICE_ARGS": _doc.DEVICE_ARGS.replace("and buffers ", "")}
