@@ -57,7 +57,10 @@ weights (:math:`C_{\text{in}}` counts one group's input channels when ``groups >
 .. math::
 
     \hat{\mathbf{W}}_c = \frac{\mathbf{W}_c - \mu_c}{\sigma_c + \epsilon}
-    \quad \text{(original)}, \qquad
+    \quad \text{(original)},
+
+.. math::
+
     \hat{\mathbf{W}}_c = \frac{\mathbf{W}_c - \mu_c}{\sqrt{\sigma_c^2 + \epsilon}}
     \quad \text{(bit, timm)},
 
