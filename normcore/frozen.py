@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import (NEAR_ZERO, affine_terms, column_sums, compute_dtype, output_format, row_sums,
+from .core import (NEAR_ZERO, PositionalApply, affine_terms, column_sums, compute_dtype, output_format, row_sums,
                    writes_in_place)
 
 __all__ = ["FixedStatistics", "applies"]
@@ -117,22 +117,6 @@ def channel_sums(t: torch.Tensor) -> torch.Tensor:
     if acc == t.dtype:
         return per_row.sum(1).view(t.shape[0], C).sum(0)
     return row_sums(per_row.contiguous()).view(t.shape[0], C).sum(0)
-
-
-class PositionalApply:
-    """``apply`` for an autograd Function called with every argument positional: torch's
-    ``Function.apply`` binds the arguments to ``forward``'s signature (``inspect``) on every
-    call when ``setup_context`` is defined, about 20 us, a tenth of an eval BatchNorm on a
-    small batch.  Under ``torch.compile``, ``torch.func`` transforms and with keyword
-    arguments, torch's ``apply`` runs as it is."""
-
-    @classmethod
-    def apply(cls, *args, **kwargs):
-        if (kwargs or torch.compiler.is_compiling()
-                or torch._C._are_functorch_transforms_active()):
-            return super().apply(*args, **kwargs)  # type: ignore[misc]
-        args = torch._functorch.utils.unwrap_dead_wrappers(args)
-        return super(torch.autograd.Function, cls).apply(*args)  # type: ignore[misc]
 
 
 class FixedStatistics(PositionalApply, torch.autograd.Function):

@@ -167,7 +167,7 @@ from torch.autograd.function import once_differentiable
 
 from . import rows
 from .axes import Layout, layout
-from .core import (affine_out_of_place, affine_terms, apply_affine, apply_affine_terms,
+from .core import (PositionalApply, affine_out_of_place, affine_terms, apply_affine, apply_affine_terms,
                    compute_dtype, inverse_std, moment_parts, moments, output_format,
                    scale_is_small, standardize, sum_keep, sum_of_products, writes_in_place,
                    ws_grad_input)
@@ -246,7 +246,7 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     return out
 
 
-class Normalize(torch.autograd.Function):
+class Normalize(PositionalApply, torch.autograd.Function):
     r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay`` (BN in
     training, LN, IN, GN, RMSNorm), with the hand-derived backward (module docstring).
 
@@ -418,7 +418,7 @@ def _differentiable_backward(ctx, grad_y, x, weight):
 # ---------------------------------------------------------------------------------------
 # Weight Standardization
 # ---------------------------------------------------------------------------------------
-class WeightStandardize(torch.autograd.Function):
+class WeightStandardize(PositionalApply, torch.autograd.Function):
     r"""``w_hat = (w - mu) / sqrt(var + eps)`` or ``(w - mu) / (std + eps)`` per output
     channel, with variance correction ``c``, and the hand-derived backward
 

@@ -252,3 +252,36 @@ def test_channel_sums_layouts():
             assert_close(frozen.channel_sums(t.contiguous(memory_format=torch.channels_last)),
                          want)
     assert axes.layout("batch", (4, 16, 5, 6)).affine_view_shape == (1, 16, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# PositionalApply: Function.apply without torch's per-call signature binding
+# ---------------------------------------------------------------------------------------
+def test_positional_apply_skips_the_signature_binding(monkeypatch):
+    """Every normcore Function, called as the ops call it (all arguments positional), runs
+    without inspect.signature; with a keyword argument torch's apply binds as before."""
+    import inspect
+
+    from normcore import core, grad, grad_dyt
+    for fn in (grad.Normalize, grad.WeightStandardize, grad_dyt.DyTFunction,
+               frozen.FixedStatistics):
+        assert issubclass(fn, core.PositionalApply)
+
+    def refuse(*a, **k):
+        raise AssertionError("inspect.signature was called")
+    x = torch.randn(4, 8, 3, 3, requires_grad=True)
+    w = torch.rand(8, requires_grad=True)
+    rm, rv = torch.zeros(8), torch.ones(8)
+    monkeypatch.setattr(inspect, "signature", refuse)
+    ys = [F.batch_norm(x, rm, rv, w, None, True), F.batch_norm(x, rm, rv, w, None, False),
+          F.layer_norm(x, (3,)), F.weight_standardize(torch.randn(8, 4, 3, 3,
+                                                                  requires_grad=True)),
+          nn.DyT(3)(x)]
+    sum(y.sum() for y in ys).backward()
+    with pytest.raises(AssertionError, match="inspect.signature"):
+        lay = axes.layout("batch", x.shape)
+        grad.Normalize.apply(x, w, None, lay, eps=1e-5)
+    monkeypatch.undo()
+    lay = axes.layout("batch", x.shape)
+    got = grad.Normalize.apply(x, w, None, lay, eps=1e-5)[0]     # keyword: torch's apply
+    assert_close(got, grad.Normalize.apply(x, w, None, lay, 1e-5)[0])
