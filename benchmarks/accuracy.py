@@ -1,6 +1,7 @@
 """float32 accuracy of normcore beside torch's own ops, against float64 references.
 
     .venv/bin/python benchmarks/accuracy.py [--quick] [--ops-only | --drift-only] [--steps 3 20]
+        [--seeds 0 1 2 3 4] [--ops batch_norm ...]
 
 **Op errors.**  For each op, at a realistic size and on hard inputs (a large mean,
 ``|mu| >> sigma``; near-constant sets; a zero weight for Weight Standardization), the op
@@ -37,6 +38,7 @@ import torch.nn.functional as TF
 
 import normcore.functional as F
 import normcore.nn as nn
+from normcore.experiments.runner import interval
 
 # ---------------------------------------------------------------------------------------
 # inputs
@@ -188,16 +190,21 @@ def _ratio(a, t):
     return f"{a / t:5.2f}"
 
 
-def print_op_table(rows) -> float:
-    """Print the table; return the worst ratio normcore / torch."""
-    print("op errors: max|t32 - t64| / max|t64|, normcore (nc) and torch (th), ratio nc/th")
+U32 = torch.finfo(torch.float32).eps / 2      # one float32 rounding, relative
+QUANTITIES = ("y", "dx", "dgamma", "dbeta")
+
+
+def print_op_table(rows, seed: int = 0) -> float:
+    """Print the table for one seed; return the worst ratio normcore / torch."""
+    print(f"op errors (seed {seed}): max|t32 - t64| / max|t64|, normcore (nc) and torch (th), "
+          "ratio nc/th")
     head = f"{'op':18s} {'input':10s} {'shape':17s}"
-    for q in ("y", "dx", "dgamma", "dbeta"):
+    for q in QUANTITIES:
         head += f" | {q:>6s} nc      th  ratio"
     print(head)
     worst = 0.0
     for name, shape, kind in rows:
-        e = op_errors(name, shape, kind)
+        e = op_errors(name, shape, kind, seed)
         line = f"{name:18s} {kind:10s} {tuple(shape)!s:17s}"
         for a, t in zip(e["normcore"], e["torch"]):
             line += f" | {_fmt(a)} {_fmt(t)} {_ratio(a, t)}"
@@ -205,6 +212,41 @@ def print_op_table(rows) -> float:
                 worst = max(worst, a / t)
         print(line, flush=True)
     print(f"worst ratio normcore / torch: {worst:.2f}")
+    return worst
+
+
+def print_seed_table(rows, seeds) -> float:
+    """For each row and quantity, the ratio normcore / torch on each seed; below a row with a
+    ratio over 1, both errors on every seed in float32 roundings (``err / 2^-24``).  Returns
+    the worst ratio over rows, quantities and seeds."""
+    print(f"ratios normcore / torch per seed ({' '.join(map(str, seeds))}); worst over seeds")
+    print(f"{'op':18s} {'input':10s} " + " | ".join(f"{q:>{6 * len(seeds) - 1}s}"
+                                                      for q in QUANTITIES) + " | worst")
+    worst, over = 0.0, []
+    for name, shape, kind in rows:
+        per_seed = [op_errors(name, shape, kind, s) for s in seeds]
+        cells, row_worst = [], 0.0
+        for q in range(len(QUANTITIES)):
+            ratios = []
+            for e in per_seed:
+                a, t = e["normcore"][q], e["torch"][q]
+                ratios.append(_ratio(a, t))
+                if a is not None and t is not None and t > 0:
+                    row_worst = max(row_worst, a / t)
+            cells.append(" ".join(ratios))
+        worst = max(worst, row_worst)
+        print(f"{name:18s} {kind:10s} " + " | ".join(cells) + f" | {row_worst:5.2f}", flush=True)
+        if row_worst > 1.0:
+            over.append((name, kind, per_seed))
+    for name, kind, per_seed in over:
+        print(f"  {name} {kind}, in float32 roundings (nc/th) per seed:")
+        for q, qn in enumerate(QUANTITIES):
+            if per_seed[0]["normcore"][q] is None:
+                continue
+            vals = " ".join(f"{e['normcore'][q] / U32:5.2f}/{e['torch'][q] / U32:<5.2f}"
+                            for e in per_seed)
+            print(f"    {qn:6s} {vals}")
+    print(f"worst ratio normcore / torch over seeds {list(seeds)}: {worst:.2f}")
     return worst
 
 
@@ -315,21 +357,31 @@ def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: f
 
 
 def print_drift(steps_list, kinds=("bn", "bn0", "gn", "ln", "ws", "nf"), seeds=(0, 1)):
+    """Per model and k: the distances on each seed, normcore's, torch's and both controls;
+    then the ratio normcore / torch as a geometric mean over the seeds with its 95% interval
+    (Student t over the per-seed log ratios), and the same for the controls (how far apart
+    chaos alone puts two float64 runs of the two libraries)."""
     print("\ntraining drift: ||p32 - p64|| / ||p64|| after k SGD steps (momentum 0.9, lr 0.1), "
           "per seed; control = float64 from an init moved by one float32 rounding")
-    print(f"{'model':6s} {'k':>3s} | {'normcore':>19s} | {'torch':>19s} | {'control nc':>19s}"
-          f" | {'control th':>19s} | ratio nc/th")
     for kind in kinds:
         for k in steps_list:
             res = {lib: [drift(kind, lib, k, s) for s in seeds] for lib in ("normcore", "torch")}
-            nc = [r[0] for r in res["normcore"]]
-            th = [r[0] for r in res["torch"]]
-            cn = [r[1] for r in res["normcore"]]
-            ct = [r[1] for r in res["torch"]]
-            f = lambda v: " ".join(f"{a:9.2e}" for a in v)
-            ratio = math.exp(sum(math.log(a / t) for a, t in zip(nc, th)) / len(nc))
-            print(f"{kind:6s} {k:3d} | {f(nc)} | {f(th)} | {f(cn)} | {f(ct)} | {ratio:6.2f}",
-                  flush=True)
+            cols = {"normcore": [r[0] for r in res["normcore"]],
+                    "torch": [r[0] for r in res["torch"]],
+                    "control nc": [r[1] for r in res["normcore"]],
+                    "control th": [r[1] for r in res["torch"]]}
+            print(f"{kind} k={k}, seeds {list(seeds)}")
+            for name, vals in cols.items():
+                print(f"  {name:10s} " + " ".join(f"{a:8.1e}" for a in vals))
+            for name, a, t in (("nc / th", cols["normcore"], cols["torch"]),
+                               ("control", cols["control nc"], cols["control th"])):
+                logs = [math.log(x / y) for x, y in zip(a, t)]
+                line = f"  {name:10s} " + " ".join(f"{math.exp(v):8.2f}" for v in logs)
+                if len(logs) > 1:
+                    iv = interval(logs)
+                    line += (f"   geometric mean {math.exp(iv.mean):.2f} "
+                             f"[95% {math.exp(iv.low):.2f}, {math.exp(iv.high):.2f}]")
+                print(line, flush=True)
 
 
 def main(argv=None) -> int:
@@ -339,6 +391,12 @@ def main(argv=None) -> int:
     ap.add_argument("--drift-only", action="store_true")
     ap.add_argument("--steps", type=int, nargs="+", default=[3, 20])
     ap.add_argument("--models", nargs="+", default=["bn", "bn0", "gn", "ln", "ws", "nf"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="op table: one seed prints the errors; several, the ratio per seed")
+    ap.add_argument("--drift-seeds", type=int, nargs="+", default=list(range(8)),
+                    help="training drift: the seeds (the interval needs at least 2)")
+    ap.add_argument("--ops", nargs="+", default=None,
+                    help="op table: only the rows whose op name starts with one of these")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}")
@@ -347,9 +405,14 @@ def main(argv=None) -> int:
         if args.quick:
             sub = {ACT4: QUICK4, ACT3: QUICK3}
             rows = [(n, sub.get(s, s), k) for n, s, k in ROWS]
-        print_op_table(rows)
+        if args.ops:
+            rows = [r for r in rows if any(r[0].startswith(o) for o in args.ops)]
+        if len(args.seeds) == 1:
+            print_op_table(rows, args.seeds[0])
+        else:
+            print_seed_table(rows, args.seeds)
     if not args.ops_only:
-        print_drift(args.steps, args.models)
+        print_drift(args.steps, args.models, args.drift_seeds)
     return 0
 
 
