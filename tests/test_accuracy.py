@@ -184,6 +184,20 @@ def test_no_worse_than_torch_at_a_realistic_size(op):
     assert_no_worse(errors(ours, x, w, b), errors(theirs, x, w, b), margin=1.0, floor=0.0)
 
 
+# The same size on seeds 0-4 (seed 0 alone hid it): BN's dx was 1.27x torch's error on seed 1
+# under ATEN_CPU_CAPABILITY=default and 1.15x on seed 4 with AVX-512 (2.6 and 2.1 roundings of
+# the largest gradient): gamma r, sum(g) / n and the slope were each rounded 3-4 times, and the
+# largest term g gamma r was added first (then rounded twice more).  Now 0.3-0.9x torch's.
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("kind", ["channels", "big_mean"])
+def test_batch_norm_train_no_worse_than_torch_on_five_seeds(kind, seed):
+    ours, theirs = OPS["batch_norm"]
+    x = _x(REALISTIC, kind, seed)
+    w, b = _affine(REALISTIC[1], seed)
+    assert_no_worse(errors(ours, x, w, b, seed), errors(theirs, x, w, b, seed), margin=1.0,
+                    floor=0.0)
+
+
 def test_rms_norm_no_worse_than_torch_at_a_realistic_size():
     # eps given (by default it is the dtype's epsilon: float64 would be another function).
     # dx: 0.89x torch's with AVX-512; under the generic kernels both are 2.0 roundings (equal
