@@ -1,7 +1,7 @@
 """float32 accuracy of normcore beside torch's own ops, against float64 references.
 
     .venv/bin/python benchmarks/accuracy.py [--quick] [--ops-only | --drift-only] [--steps 3 20]
-        [--seeds 0 1 2 3 4] [--ops batch_norm ...]
+        [--seeds 0 1 2 3 4] [--ops batch_norm ...] [--models nf ws] [--drift-seeds 0 1 ...]
 
 **Op errors.**  For each op, at a realistic size and on hard inputs (a large mean,
 ``|mu| >> sigma``; near-constant sets; a zero weight for Weight Standardization), the op
@@ -22,7 +22,11 @@ initial values, in float64; the figure is the parameter distance ``||p32 - p64||
 after k steps, for the model with normcore's norms and with torch's.  The control trains
 the float64 model from the float32-rounded init plus a perturbation of one float32 rounding
 (relative 2^-24, random sign): its distance is how far chaos alone carries one rounding in k
-steps, so an error well above the control is the ops' own, not the dynamics'.
+steps, so an error well above the control is the ops' own, not the dynamics'.  Both libraries'
+float32 runs are chaotic alike: on some seeds one library's run jumps away in a single step
+(and on others the other's), so the ratio is a geometric mean over seeds (``--drift-seeds``,
+8 by default) with its 95% interval, beside the step error: the gradient at step k taken in float32 and float64 from the
+same float32 parameters (the ops' own error in one step, without the trajectory).
 
 A benchmark, not a test: it prints, it does not assert (``tests/test_accuracy.py`` pins the
 ratios).  Runs on one thread.
@@ -356,11 +360,40 @@ def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: f
     return (p32 - p64).norm().item() / scale, (pctl - p64).norm().item() / scale
 
 
+def step_error(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32,
+               lr: float = 0.1) -> float:
+    """The gradient's own error at step ``steps``, free of the trajectory: the float64 model
+    is trained ``steps - 1`` steps, its parameters rounded to float32, and from that one point
+    the gradient is taken in float32 and in float64; the figure is ``||g32 - g64|| /
+    ||g64||`` over all parameters.  What one step of the ops costs, where the drift after k
+    steps also carries how the two trajectories diverge (a ReLU crossing 0, ...)."""
+    torch.manual_seed(seed)
+    m32 = small_resnet(kind, lib)
+    g = _gen(seed + 100)
+    x = torch.randn(batch, 3, 16, 16, generator=g) * 2 + 0.5
+    y = torch.randint(0, 10, (batch,), generator=g)
+    m64 = small_resnet(kind, lib).double()
+    m64.load_state_dict({k: v.double() if v.is_floating_point() else v
+                         for k, v in m32.state_dict().items()})
+    _train(m64, x, y, steps - 1, lr)
+    m32.load_state_dict({k: v.float() if v.is_floating_point() else v
+                         for k, v in m64.state_dict().items()})
+    m64.load_state_dict({k: v.double() if v.is_floating_point() else v
+                         for k, v in m32.state_dict().items()})
+    grads = []
+    for m in (m32, m64):
+        params = list(m.parameters())
+        loss = TF.cross_entropy(m(x.to(params[0].dtype)), y)
+        grads.append(torch.cat([t.double().flatten() for t in torch.autograd.grad(loss, params)]))
+    return (grads[0] - grads[1]).norm().item() / grads[1].norm().item()
+
+
 def print_drift(steps_list, kinds=("bn", "bn0", "gn", "ln", "ws", "nf"), seeds=(0, 1)):
     """Per model and k: the distances on each seed, normcore's, torch's and both controls;
     then the ratio normcore / torch as a geometric mean over the seeds with its 95% interval
-    (Student t over the per-seed log ratios), and the same for the controls (how far apart
-    chaos alone puts two float64 runs of the two libraries)."""
+    (Student t over the per-seed log ratios), the same for the controls (how far apart chaos
+    alone puts two float64 runs of the two libraries), and for the gradient's error at step k
+    from one common point (:func:`step_error`: the ops' own error, without the trajectory)."""
     print("\ntraining drift: ||p32 - p64|| / ||p64|| after k SGD steps (momentum 0.9, lr 0.1), "
           "per seed; control = float64 from an init moved by one float32 rounding")
     for kind in kinds:
@@ -369,12 +402,15 @@ def print_drift(steps_list, kinds=("bn", "bn0", "gn", "ln", "ws", "nf"), seeds=(
             cols = {"normcore": [r[0] for r in res["normcore"]],
                     "torch": [r[0] for r in res["torch"]],
                     "control nc": [r[1] for r in res["normcore"]],
-                    "control th": [r[1] for r in res["torch"]]}
+                    "control th": [r[1] for r in res["torch"]],
+                    "step nc": [step_error(kind, "normcore", k, s) for s in seeds],
+                    "step th": [step_error(kind, "torch", k, s) for s in seeds]}
             print(f"{kind} k={k}, seeds {list(seeds)}")
             for name, vals in cols.items():
                 print(f"  {name:10s} " + " ".join(f"{a:8.1e}" for a in vals))
             for name, a, t in (("nc / th", cols["normcore"], cols["torch"]),
-                               ("control", cols["control nc"], cols["control th"])):
+                               ("control", cols["control nc"], cols["control th"]),
+                               ("step", cols["step nc"], cols["step th"])):
                 logs = [math.log(x / y) for x, y in zip(a, t)]
                 line = f"  {name:10s} " + " ".join(f"{math.exp(v):8.2f}" for v in logs)
                 if len(logs) > 1:

@@ -59,7 +59,7 @@ import torch
 from torch import Tensor
 
 from . import _checks as checks
-from . import axes, rows, stats
+from . import axes, grad_eval, rows, stats
 from ._checks import WS_CONVENTIONS
 from ._functional_docs import documented  # the ops' docstrings, in torch's form, are there
 from .axes import Layout
@@ -68,6 +68,7 @@ from .core import (Normalized, compute_dtype, group_norm_channels_last, normaliz
 from .defaults import EPS, MOMENTUM
 from .grad import Normalize, WeightStandardize
 from .grad_dyt import DyTFunction, dyt_formula
+from .grad_eval import NormalizeEval
 
 __all__ = [
     "normalize", "batch_norm", "layer_norm", "instance_norm", "group_norm", "rms_norm",
@@ -120,6 +121,16 @@ def _normalize(x: Tensor, lay: Layout, eps: float, weight: Tensor | None = None,
     if ((derived or by_rows) and (mean is None or var is None)
             and correction == 0 and eps_mode == "inside"):
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
+    if (backward == "derived" and mean is not None and var is not None
+            and grad_eval.applies(x, lay, mean, var, correction, eps_mode)):
+        # given statistics (BN, IN in eval mode), float32: factors rounded once from float64
+        if derived:
+            return Normalized(NormalizeEval.apply(x, mean, var, weight, bias, lay, eps), mean,
+                              var)
+        if not torch.is_grad_enabled() or not any(
+                t is not None and t.requires_grad for t in (x, weight, bias)):
+            return Normalized(grad_eval.eval_affine(x, lay, mean, var, eps, weight, bias), mean,
+                              var)
     out = normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
                             correction=correction, eps_mode=eps_mode)
     # the memory format of torch's output (the formula's follows the input's)
