@@ -338,17 +338,29 @@ def _train(model, x, y, steps: int, lr: float):
     return _flat(model)
 
 
-def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: float = 0.1):
-    """``(distance float32 vs float64, control)`` after ``steps`` SGD steps, both relative to
-    the float64 parameters' norm."""
+def _load(dst: torch.nn.Module, src: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``src``'s state into ``dst``, floating-point tensors cast to ``dtype``."""
+    dst.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v
+                         for k, v in src.state_dict().items()})
+
+
+def _pair(kind: str, lib: str, seed: int, batch: int):
+    """``(m32, m64, x, y, g)``: the model in float32 and a float64 copy of it, a batch of
+    inputs and labels, and the generator that drew them (for the control's perturbation)."""
     torch.manual_seed(seed)
     m32 = small_resnet(kind, lib)
     g = _gen(seed + 100)
     x = torch.randn(batch, 3, 16, 16, generator=g) * 2 + 0.5
     y = torch.randint(0, 10, (batch,), generator=g)
     m64 = small_resnet(kind, lib).double()
-    m64.load_state_dict({k: v.double() if v.is_floating_point() else v
-                         for k, v in m32.state_dict().items()})
+    _load(m64, m32, torch.float64)
+    return m32, m64, x, y, g
+
+
+def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: float = 0.1):
+    """``(distance float32 vs float64, control)`` after ``steps`` SGD steps, both relative to
+    the float64 parameters' norm."""
+    m32, m64, x, y, g = _pair(kind, lib, seed, batch)
     mctl = small_resnet(kind, lib).double()
     mctl.load_state_dict(m64.state_dict())
     with torch.no_grad():   # one float32 rounding, random sign, on every nonzero parameter
@@ -365,21 +377,12 @@ def step_error(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32,
     """The gradient's own error at step ``steps``, free of the trajectory: the float64 model
     is trained ``steps - 1`` steps, its parameters rounded to float32, and from that one point
     the gradient is taken in float32 and in float64; the figure is ``||g32 - g64|| /
-    ||g64||`` over all parameters.  What one step of the ops costs, where the drift after k
-    steps also carries how the two trajectories diverge (a ReLU crossing 0, ...)."""
-    torch.manual_seed(seed)
-    m32 = small_resnet(kind, lib)
-    g = _gen(seed + 100)
-    x = torch.randn(batch, 3, 16, 16, generator=g) * 2 + 0.5
-    y = torch.randint(0, 10, (batch,), generator=g)
-    m64 = small_resnet(kind, lib).double()
-    m64.load_state_dict({k: v.double() if v.is_floating_point() else v
-                         for k, v in m32.state_dict().items()})
+    ||g64||`` over all parameters: what one step of the ops costs, where the drift after k
+    steps also carries how far apart the two trajectories have moved."""
+    m32, m64, x, y, _ = _pair(kind, lib, seed, batch)
     _train(m64, x, y, steps - 1, lr)
-    m32.load_state_dict({k: v.float() if v.is_floating_point() else v
-                         for k, v in m64.state_dict().items()})
-    m64.load_state_dict({k: v.double() if v.is_floating_point() else v
-                         for k, v in m32.state_dict().items()})
+    _load(m32, m64, torch.float32)
+    _load(m64, m32, torch.float64)
     grads = []
     for m in (m32, m64):
         params = list(m.parameters())
