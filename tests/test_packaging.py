@@ -34,8 +34,8 @@ MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__
 #: (normcore.nn with its submodules).  README's "Using normcore as a library" lists them.
 LIBRARY = {"normcore", "normcore._checks", "normcore._functional_docs", "normcore.axes",
            "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold",
-           "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.nn",
-           "normcore.rows", "normcore.stats", "normcore.sync"}
+           "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.grad_eval",
+           "normcore.nn", "normcore.rows", "normcore.stats", "normcore.sync"}
 
 
 def in_library(module: str) -> bool:
