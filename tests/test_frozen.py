@@ -278,7 +278,7 @@ def test_positional_apply_skips_the_signature_binding(monkeypatch):
                                                                   requires_grad=True)),
           nn.DyT(3)(x)]
     sum(y.sum() for y in ys).backward()
-    with pytest.raises(AssertionError, match="inspect.signature"):
+    with pytest.raises(AssertionError, match=r"inspect\.signature"):
         lay = axes.layout("batch", x.shape)
         grad.Normalize.apply(x, w, None, lay, eps=1e-5)
     monkeypatch.undo()
