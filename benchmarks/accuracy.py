@@ -1,6 +1,7 @@
 """float32 accuracy of normcore beside torch's own ops, against float64 references.
 
     .venv/bin/python benchmarks/accuracy.py [--quick] [--ops-only | --drift-only] [--steps 3 20]
+        [--seeds 0 1 2 3 4] [--ops batch_norm ...] [--models nf ws] [--drift-seeds 0 1 ...]
 
 **Op errors.**  For each op, at a realistic size and on hard inputs (a large mean,
 ``|mu| >> sigma``; near-constant sets; a zero weight for Weight Standardization), the op
@@ -21,7 +22,11 @@ initial values, in float64; the figure is the parameter distance ``||p32 - p64||
 after k steps, for the model with normcore's norms and with torch's.  The control trains
 the float64 model from the float32-rounded init plus a perturbation of one float32 rounding
 (relative 2^-24, random sign): its distance is how far chaos alone carries one rounding in k
-steps, so an error well above the control is the ops' own, not the dynamics'.
+steps, so an error well above the control is the ops' own, not the dynamics'.  Both libraries'
+float32 runs are chaotic alike: on some seeds one library's run jumps away in a single step
+(and on others the other's), so the ratio is a geometric mean over seeds (``--drift-seeds``,
+8 by default) with its 95% interval, beside the step error: the gradient at step k taken in float32 and float64 from the
+same float32 parameters (the ops' own error in one step, without the trajectory).
 
 A benchmark, not a test: it prints, it does not assert (``tests/test_accuracy.py`` pins the
 ratios).  Runs on one thread.
@@ -37,6 +42,7 @@ import torch.nn.functional as TF
 
 import normcore.functional as F
 import normcore.nn as nn
+from normcore.experiments.runner import interval
 
 # ---------------------------------------------------------------------------------------
 # inputs
@@ -188,16 +194,21 @@ def _ratio(a, t):
     return f"{a / t:5.2f}"
 
 
-def print_op_table(rows) -> float:
-    """Print the table; return the worst ratio normcore / torch."""
-    print("op errors: max|t32 - t64| / max|t64|, normcore (nc) and torch (th), ratio nc/th")
+U32 = torch.finfo(torch.float32).eps / 2      # one float32 rounding, relative
+QUANTITIES = ("y", "dx", "dgamma", "dbeta")
+
+
+def print_op_table(rows, seed: int = 0) -> float:
+    """Print the table for one seed; return the worst ratio normcore / torch."""
+    print(f"op errors (seed {seed}): max|t32 - t64| / max|t64|, normcore (nc) and torch (th), "
+          "ratio nc/th")
     head = f"{'op':18s} {'input':10s} {'shape':17s}"
-    for q in ("y", "dx", "dgamma", "dbeta"):
+    for q in QUANTITIES:
         head += f" | {q:>6s} nc      th  ratio"
     print(head)
     worst = 0.0
     for name, shape, kind in rows:
-        e = op_errors(name, shape, kind)
+        e = op_errors(name, shape, kind, seed)
         line = f"{name:18s} {kind:10s} {tuple(shape)!s:17s}"
         for a, t in zip(e["normcore"], e["torch"]):
             line += f" | {_fmt(a)} {_fmt(t)} {_ratio(a, t)}"
@@ -205,6 +216,41 @@ def print_op_table(rows) -> float:
                 worst = max(worst, a / t)
         print(line, flush=True)
     print(f"worst ratio normcore / torch: {worst:.2f}")
+    return worst
+
+
+def print_seed_table(rows, seeds) -> float:
+    """For each row and quantity, the ratio normcore / torch on each seed; below a row with a
+    ratio over 1, both errors on every seed in float32 roundings (``err / 2^-24``).  Returns
+    the worst ratio over rows, quantities and seeds."""
+    print(f"ratios normcore / torch per seed ({' '.join(map(str, seeds))}); worst over seeds")
+    print(f"{'op':18s} {'input':10s} " + " | ".join(f"{q:>{6 * len(seeds) - 1}s}"
+                                                      for q in QUANTITIES) + " | worst")
+    worst, over = 0.0, []
+    for name, shape, kind in rows:
+        per_seed = [op_errors(name, shape, kind, s) for s in seeds]
+        cells, row_worst = [], 0.0
+        for q in range(len(QUANTITIES)):
+            ratios = []
+            for e in per_seed:
+                a, t = e["normcore"][q], e["torch"][q]
+                ratios.append(_ratio(a, t))
+                if a is not None and t is not None and t > 0:
+                    row_worst = max(row_worst, a / t)
+            cells.append(" ".join(ratios))
+        worst = max(worst, row_worst)
+        print(f"{name:18s} {kind:10s} " + " | ".join(cells) + f" | {row_worst:5.2f}", flush=True)
+        if row_worst > 1.0:
+            over.append((name, kind, per_seed))
+    for name, kind, per_seed in over:
+        print(f"  {name} {kind}, in float32 roundings (nc/th) per seed:")
+        for q, qn in enumerate(QUANTITIES):
+            if per_seed[0]["normcore"][q] is None:
+                continue
+            vals = " ".join(f"{e['normcore'][q] / U32:5.2f}/{e['torch'][q] / U32:<5.2f}"
+                            for e in per_seed)
+            print(f"    {qn:6s} {vals}")
+    print(f"worst ratio normcore / torch over seeds {list(seeds)}: {worst:.2f}")
     return worst
 
 
@@ -292,17 +338,29 @@ def _train(model, x, y, steps: int, lr: float):
     return _flat(model)
 
 
-def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: float = 0.1):
-    """``(distance float32 vs float64, control)`` after ``steps`` SGD steps, both relative to
-    the float64 parameters' norm."""
+def _load(dst: torch.nn.Module, src: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``src``'s state into ``dst``, floating-point tensors cast to ``dtype``."""
+    dst.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v
+                         for k, v in src.state_dict().items()})
+
+
+def _pair(kind: str, lib: str, seed: int, batch: int):
+    """``(m32, m64, x, y, g)``: the model in float32 and a float64 copy of it, a batch of
+    inputs and labels, and the generator that drew them (for the control's perturbation)."""
     torch.manual_seed(seed)
     m32 = small_resnet(kind, lib)
     g = _gen(seed + 100)
     x = torch.randn(batch, 3, 16, 16, generator=g) * 2 + 0.5
     y = torch.randint(0, 10, (batch,), generator=g)
     m64 = small_resnet(kind, lib).double()
-    m64.load_state_dict({k: v.double() if v.is_floating_point() else v
-                         for k, v in m32.state_dict().items()})
+    _load(m64, m32, torch.float64)
+    return m32, m64, x, y, g
+
+
+def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: float = 0.1):
+    """``(distance float32 vs float64, control)`` after ``steps`` SGD steps, both relative to
+    the float64 parameters' norm."""
+    m32, m64, x, y, g = _pair(kind, lib, seed, batch)
     mctl = small_resnet(kind, lib).double()
     mctl.load_state_dict(m64.state_dict())
     with torch.no_grad():   # one float32 rounding, random sign, on every nonzero parameter
@@ -314,22 +372,55 @@ def drift(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32, lr: f
     return (p32 - p64).norm().item() / scale, (pctl - p64).norm().item() / scale
 
 
+def step_error(kind: str, lib: str, steps: int, seed: int = 0, batch: int = 32,
+               lr: float = 0.1) -> float:
+    """The gradient's own error at step ``steps``, free of the trajectory: the float64 model
+    is trained ``steps - 1`` steps, its parameters rounded to float32, and from that one point
+    the gradient is taken in float32 and in float64; the figure is ``||g32 - g64|| /
+    ||g64||`` over all parameters: what one step of the ops costs, where the drift after k
+    steps also carries how far apart the two trajectories have moved."""
+    m32, m64, x, y, _ = _pair(kind, lib, seed, batch)
+    _train(m64, x, y, steps - 1, lr)
+    _load(m32, m64, torch.float32)
+    _load(m64, m32, torch.float64)
+    grads = []
+    for m in (m32, m64):
+        params = list(m.parameters())
+        loss = TF.cross_entropy(m(x.to(params[0].dtype)), y)
+        grads.append(torch.cat([t.double().flatten() for t in torch.autograd.grad(loss, params)]))
+    return (grads[0] - grads[1]).norm().item() / grads[1].norm().item()
+
+
 def print_drift(steps_list, kinds=("bn", "bn0", "gn", "ln", "ws", "nf"), seeds=(0, 1)):
+    """Per model and k: the distances on each seed, normcore's, torch's and both controls;
+    then the ratio normcore / torch as a geometric mean over the seeds with its 95% interval
+    (Student t over the per-seed log ratios), the same for the controls (how far apart chaos
+    alone puts two float64 runs of the two libraries), and for the gradient's error at step k
+    from one common point (:func:`step_error`: the ops' own error, without the trajectory)."""
     print("\ntraining drift: ||p32 - p64|| / ||p64|| after k SGD steps (momentum 0.9, lr 0.1), "
           "per seed; control = float64 from an init moved by one float32 rounding")
-    print(f"{'model':6s} {'k':>3s} | {'normcore':>19s} | {'torch':>19s} | {'control nc':>19s}"
-          f" | {'control th':>19s} | ratio nc/th")
     for kind in kinds:
         for k in steps_list:
             res = {lib: [drift(kind, lib, k, s) for s in seeds] for lib in ("normcore", "torch")}
-            nc = [r[0] for r in res["normcore"]]
-            th = [r[0] for r in res["torch"]]
-            cn = [r[1] for r in res["normcore"]]
-            ct = [r[1] for r in res["torch"]]
-            f = lambda v: " ".join(f"{a:9.2e}" for a in v)
-            ratio = math.exp(sum(math.log(a / t) for a, t in zip(nc, th)) / len(nc))
-            print(f"{kind:6s} {k:3d} | {f(nc)} | {f(th)} | {f(cn)} | {f(ct)} | {ratio:6.2f}",
-                  flush=True)
+            cols = {"normcore": [r[0] for r in res["normcore"]],
+                    "torch": [r[0] for r in res["torch"]],
+                    "control nc": [r[1] for r in res["normcore"]],
+                    "control th": [r[1] for r in res["torch"]],
+                    "step nc": [step_error(kind, "normcore", k, s) for s in seeds],
+                    "step th": [step_error(kind, "torch", k, s) for s in seeds]}
+            print(f"{kind} k={k}, seeds {list(seeds)}")
+            for name, vals in cols.items():
+                print(f"  {name:10s} " + " ".join(f"{a:8.1e}" for a in vals))
+            for name, a, t in (("nc / th", cols["normcore"], cols["torch"]),
+                               ("control", cols["control nc"], cols["control th"]),
+                               ("step", cols["step nc"], cols["step th"])):
+                logs = [math.log(x / y) for x, y in zip(a, t)]
+                line = f"  {name:10s} " + " ".join(f"{math.exp(v):8.2f}" for v in logs)
+                if len(logs) > 1:
+                    iv = interval(logs)
+                    line += (f"   geometric mean {math.exp(iv.mean):.2f} "
+                             f"[95% {math.exp(iv.low):.2f}, {math.exp(iv.high):.2f}]")
+                print(line, flush=True)
 
 
 def main(argv=None) -> int:
@@ -339,6 +430,12 @@ def main(argv=None) -> int:
     ap.add_argument("--drift-only", action="store_true")
     ap.add_argument("--steps", type=int, nargs="+", default=[3, 20])
     ap.add_argument("--models", nargs="+", default=["bn", "bn0", "gn", "ln", "ws", "nf"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="op table: one seed prints the errors; several, the ratio per seed")
+    ap.add_argument("--drift-seeds", type=int, nargs="+", default=list(range(8)),
+                    help="training drift: the seeds (the interval needs at least 2)")
+    ap.add_argument("--ops", nargs="+", default=None,
+                    help="op table: only the rows whose op name starts with one of these")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}")
@@ -347,9 +444,14 @@ def main(argv=None) -> int:
         if args.quick:
             sub = {ACT4: QUICK4, ACT3: QUICK3}
             rows = [(n, sub.get(s, s), k) for n, s, k in ROWS]
-        print_op_table(rows)
+        if args.ops:
+            rows = [r for r in rows if any(r[0].startswith(o) for o in args.ops)]
+        if len(args.seeds) == 1:
+            print_op_table(rows, args.seeds[0])
+        else:
+            print_seed_table(rows, args.seeds)
     if not args.ops_only:
-        print_drift(args.steps, args.models)
+        print_drift(args.steps, args.models, args.drift_seeds)
     return 0
 
 

@@ -35,6 +35,11 @@ import statistics
 import sys
 import time
 
+try:
+    import resource        # minor page faults (POSIX)
+except ImportError:       # Windows
+    resource = None
+
 import torch
 import torch.nn.functional as TF
 
@@ -143,12 +148,25 @@ def _runner(fn, x, params, backward: bool):
 
 #: the clock: wall time, or with ``--cpu-time`` the CPU time of this thread (one thread only)
 CLOCK = time.perf_counter
+#: minor page faults of the last timed call (-1 where the OS does not count them)
+LAST_FAULTS = [0]
+
+
+def _faults() -> int:
+    """Minor page faults of this process so far: a fresh full-size buffer costs one per page
+    touched, when the allocator took its memory from the OS rather than reusing its own."""
+    if resource is None:
+        return -1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _time(run) -> float:
+    f0 = _faults()
     t0 = CLOCK()
     run()
-    return CLOCK() - t0
+    t = CLOCK() - t0
+    LAST_FAULTS[0] = _faults() - f0 if f0 >= 0 else -1
+    return t
 
 
 def interleaved(a, b, reps: int, warmup: int = 3):
@@ -156,12 +174,19 @@ def interleaved(a, b, reps: int, warmup: int = 3):
     ``(median a, median b, their ratio, min(a) / min(b))``."""
     for _ in range(warmup):
         a(), b()
-    ta, tb = [], []
+    ta, tb, fa, fb = [], [], [], []
     for _ in range(reps):
         ta.append(_time(a))
+        fa.append(LAST_FAULTS[0])
         tb.append(_time(b))
+        fb.append(LAST_FAULTS[0])
+    FAULTS[:] = [statistics.median(fa), statistics.median(fb)]
     ma, mb = statistics.median(ta), statistics.median(tb)
     return ma, mb, ma / mb, min(ta) / min(tb)
+
+
+#: median minor page faults per call of ``a`` and ``b`` in the last :func:`interleaved`
+FAULTS = [0.0, 0.0]
 
 
 def measure(reps: int, quick: bool, only: str | None = None):
@@ -173,7 +198,7 @@ def measure(reps: int, quick: bool, only: str | None = None):
             a, b = _runner(ours, x, params, backward), _runner(theirs, x, params, backward)
             ma, mb, ratio, min_ratio = interleaved(a, b, reps)
             rows.append((name, "fwd+bwd" if backward else "fwd", shape, ma, mb, ratio,
-                         min_ratio))
+                         min_ratio, *FAULTS))
     return rows
 
 
@@ -318,13 +343,17 @@ def main() -> None:
           f"median of {args.reps} interleaved runs; target ratio <= {TARGET}")
     rows = measure(args.reps, args.quick, args.only)
     print(f"{'op':30s} {'pass':8s} {'shape':20s} {'normcore ms':>12s} {'torch ms':>10s} "
-          f"{'ratio':>6s} {'min':>6s}")
+          f"{'ratio':>6s} {'min':>6s} {'faults nc/th':>13s}")
     worst = 0.0
-    for name, kind, shape, ma, mb, r, rmin in rows:
+    for name, kind, shape, ma, mb, r, rmin, fa, fb in rows:
         flag = "" if r <= TARGET else "  > target"
         worst = max(worst, r)
+        faults = f"{fa:6.0f}/{fb:<6.0f}" if fa >= 0 else f"{'-':>13s}"
         print(f"{name:30s} {kind:8s} {shape!s:20s} {ma * 1e3:12.2f} {mb * 1e3:10.2f} {r:6.2f} "
-              f"{rmin:6.2f}{flag}")
+              f"{rmin:6.2f} {faults}{flag}")
+    print("faults: median minor page faults per call, where a fresh buffer's memory came from "
+          "the OS\n(each costs its page's zeroing; which side pays depends on the allocator's "
+          "state, not only the op)")
     print(f"worst ratio: {worst:.2f} ({'within' if worst <= TARGET else 'above'} the {TARGET} target)")
 
 

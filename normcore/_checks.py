@@ -126,6 +126,17 @@ def check_running_stats_given(running_mean: torch.Tensor | None,
             f"use_input_stats=False) needs both running_mean and running_var")
 
 
+def check_running_stats_constant(running_mean: torch.Tensor, running_var: torch.Tensor,
+                                 caller: str) -> None:
+    """The running statistics are constants of the map, not inputs to differentiate (torch:
+    RuntimeError, 'native_batch_norm is not differentiable with respect to running_mean')."""
+    if torch.is_grad_enabled() and (running_mean.requires_grad or running_var.requires_grad):
+        raise ArgumentError(
+            f"{caller}: running_mean and running_var are buffers, and no gradient reaches "
+            f"them; they require grad here: pass running_mean.detach() and "
+            f"running_var.detach()")
+
+
 def check_both_or_neither(running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
                           caller: str) -> None:
     """Running buffers come in pairs (torch: ValueError)."""

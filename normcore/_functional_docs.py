@@ -90,7 +90,10 @@ variance:
     \hat\mu \leftarrow (1-\alpha)\,\hat\mu + \alpha\,\mu, \qquad
     \hat\sigma^2 \leftarrow (1-\alpha)\,\hat\sigma^2 + \alpha\,\sigma^2_{\text{unbiased}}
 
-With ``training=False``, :math:`\hat\mu, \hat\sigma^2` take the place of :math:`\mu_i, \sigma_i^2`.
+With ``training=False``, :math:`\hat\mu, \hat\sigma^2` take the place of :math:`\mu_i, \sigma_i^2`:
+the map is then affine per channel, and ``backward="derived"`` runs it as one Function
+(:class:`normcore.frozen.FixedStatistics`: an output and an input gradient, as torch's kernel);
+no gradient reaches the buffers, and buffers that require grad raise, as in torch.
 An empty batch (:math:`N = 0`) gives an empty output and leaves the buffers as they are, as torch
 does.
 

@@ -82,8 +82,9 @@ def _known(cond) -> bool:
     return bool(cond)
 
 
-def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum.
+def sum_keep(t: torch.Tensor, dims: tuple[int, ...], double: bool = False) -> torch.Tensor:
+    """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum;
+    ``double``: a float32 ``t``'s sums in float64, not rounded back to float32.
 
     Over the trailing dims of a large contiguous tensor (LN, IN, GN, WS) the sum is taken
     over the rows of the ``(sets, |S|)`` view: one long row per set is 1.5-2x faster on CPU
@@ -91,28 +92,30 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     GroupNorm's view; on small tensors the few extra Python steps cost more than they save).
     """
     if not dims:
-        return t
+        return t.double() if double else t
     nd, k = t.dim(), len(dims)
     if t.dtype == torch.float32:
         # float32 sums as torch's BatchNorm takes them: each row of trailing dims in float32,
         # the rest (BN's batch dim, or a small tensor) in float64
+        back = torch.float64 if double else t.dtype
         trailing = _trailing(dims, nd)
         rest = tuple(d for d in sorted(dims) if d not in trailing)
         if rest and trailing:
-            return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(t.dtype)
+            return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(back)
         if _known(t.numel() <= 1 << 16):
-            return t.sum(dims, keepdim=True, dtype=torch.float64).to(t.dtype)
+            return t.sum(dims, keepdim=True, dtype=torch.float64).to(back)
     big = _known(t.numel() >= 1 << 15)
-    if big and tuple(dims) == tuple(range(nd - k, nd)) and t.is_contiguous():
-        lead = t.shape[:nd - k]
-        return t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
-    return t.sum(dims, keepdim=True)
+    lead = t.shape[:nd - k]
+    sums = t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k) if big and tuple(
+        dims) == tuple(range(nd - k, nd)) and t.is_contiguous() else t.sum(dims, keepdim=True)
+    return sums.double() if double else sums
 
 
 def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, double: bool = False) -> torch.Tensor:
     """``(a * b).sum(dims, keepdim=True)``; the product, where it is formed, goes into ``out``
-    (a spare tensor of ``a``'s shape) when given.
+    (a spare tensor of ``a``'s shape) when given.  ``double`` (with ``out`` only): float32
+    sums returned in float64 (:func:`sum_keep`).
 
     When ``dims`` are the trailing dims (LN, IN, GN, WS) each set is one row of a
     ``(sets, |S|)`` matrix, and the sum is a row reduction: ``torch.linalg.vecdot`` of the
@@ -125,10 +128,10 @@ def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
     view would need a permuted copy), so there the product is formed and summed.
     """
     nd, k = a.dim(), len(dims)
-    if k == 0:
-        return torch.mul(a, b, out=out)
     if out is not None:
-        return sum_keep(torch.mul(a, b, out=out), dims)
+        return sum_keep(torch.mul(a, b, out=out), dims, double)
+    if k == 0:
+        return torch.mul(a, b)
     if tuple(dims) == tuple(range(nd - k, nd)) and a.shape == b.shape:
         lead, n = a.shape[:nd - k], math.prod(a.shape[nd - k:])
         rows = a.reshape(-1, n)
@@ -494,3 +497,19 @@ def ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, n: int, m) -> torch.Tenso
     :math:`r d - r\bar d` of the activations' fast path was 2.3x less accurate."""
     grad = torch.sub(d, sum_d / n).mul_(inv_std)                # (d - mean d) r
     return grad.addcmul_(w_hat, sum_dwhat * inv_std / (-m))     #   - r w_hat sum(d w_hat) / m
+
+
+class PositionalApply:
+    """``apply`` for an autograd Function called with every argument positional: torch's
+    ``Function.apply`` binds the arguments to ``forward``'s signature (``inspect``) on every
+    call when ``setup_context`` is defined, about 20 us, a tenth of an eval BatchNorm on a
+    small batch.  Under ``torch.compile``, ``torch.func`` transforms and with keyword
+    arguments, torch's ``apply`` runs as it is."""
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        if (kwargs or torch.compiler.is_compiling()
+                or torch._C._are_functorch_transforms_active()):
+            return super().apply(*args, **kwargs)  # type: ignore[misc]
+        args = torch._functorch.utils.unwrap_dead_wrappers(args)
+        return super(torch.autograd.Function, cls).apply(*args)  # type: ignore[misc]

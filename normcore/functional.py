@@ -59,13 +59,14 @@ import torch
 from torch import Tensor
 
 from . import _checks as checks
-from . import axes, rows, stats
+from . import axes, frozen, rows, stats
 from ._checks import WS_CONVENTIONS
 from ._functional_docs import documented  # the ops' docstrings, in torch's form, are there
 from .axes import Layout
 from .core import (Normalized, compute_dtype, group_norm_channels_last, normalize_formula,
                    output_format, writes_in_place)
 from .defaults import EPS, MOMENTUM
+from .frozen import FixedStatistics
 from .grad import Normalize, WeightStandardize
 from .grad_dyt import DyTFunction, dyt_formula
 
@@ -151,9 +152,14 @@ def _normalize_with_buffers(input: Tensor, lay: Layout, running_mean: Tensor | N
     if not use_batch_stats:
         checks.check_running_stats_given(running_mean, running_var, caller)
         assert running_mean is not None and running_var is not None   # (checked just above)
+        checks.check_running_stats_constant(running_mean, running_var, caller)
         shape = lay.affine_view_shape
-        return _normalize(input, lay, eps, weight, bias, mean=running_mean.reshape(shape),
-                          var=running_var.reshape(shape), backward=backward).output
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+        if backward == "derived" and frozen.applies(input, mean, var, 0, "inside"):
+            # an affine map per channel, with torch's two full-size tensors (normcore.frozen)
+            return FixedStatistics.apply(input, mean, var, weight, bias, lay, eps)[0]
+        return _normalize(input, lay, eps, weight, bias, mean=mean, var=var,
+                          backward=backward).output
     verify(input.shape, caller)
     if input.numel() == 0:
         # An empty batch, as torch: an empty output, and the buffers are left as they are

@@ -167,7 +167,7 @@ from torch.autograd.function import once_differentiable
 
 from . import rows
 from .axes import Layout, layout
-from .core import (affine_out_of_place, affine_terms, apply_affine, apply_affine_terms,
+from .core import (PositionalApply, affine_out_of_place, affine_terms, apply_affine, apply_affine_terms,
                    compute_dtype, inverse_std, moment_parts, moments, output_format,
                    scale_is_small, standardize, sum_keep, sum_of_products, writes_in_place,
                    ws_grad_input)
@@ -246,7 +246,7 @@ def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
     return out
 
 
-class Normalize(torch.autograd.Function):
+class Normalize(PositionalApply, torch.autograd.Function):
     r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay`` (BN in
     training, LN, IN, GN, RMSNorm), with the hand-derived backward (module docstring).
 
@@ -299,7 +299,7 @@ class Normalize(torch.autograd.Function):
         x, weight, bias, lay, eps = inputs
         _, mean, var, kept, inv_std = output
         by_rows = rows.applies(lay, x)       # normcore.rows: `kept` is small (rows._shifts)
-        ctx.save_for_backward(kept, inv_std, weight, x, bias)
+        ctx.save_for_backward(kept, inv_std, weight, x, bias, var)
         ctx.kept_is_xhat = None if by_rows else not scale_is_small(lay)
         ctx.lay, ctx.eps = lay, eps
         ctx.bias_dtype, ctx.x_dtype = None if bias is None else bias.dtype, x.dtype
@@ -310,7 +310,7 @@ class Normalize(torch.autograd.Function):
     def backward(ctx, grad_y, *_):
         if grad_y is None:                   # y was not used (only mean / var)
             return None, None, None, None, None
-        kept, inv_std, weight, x, bias = ctx.saved_tensors
+        kept, inv_std, weight, x, bias, var = ctx.saved_tensors
         if torch.is_grad_enabled() or not writes_in_place():
             # a second derivative is coming, or torch.func (which always builds a graph)
             return _differentiable_backward(ctx, grad_y, x, weight)
@@ -329,6 +329,14 @@ class Normalize(torch.autograd.Function):
         inner = tuple(k for k in lay.reduce_dims if k in const)      # in S, gamma constant
         outer = tuple(k for k in lay.reduce_dims if k not in const)  # in S, gamma varies
         param = tuple(k for k in const if k not in inner)            # outside S, gamma constant
+
+        if not outer and per_kept is not None and g.dtype == torch.float32:  # BN, IN
+            out = torch.empty_like(x, dtype=g.dtype, memory_format=fmt)
+            dx, dw, db = _float32_backward(lay, g, kept, var, ctx.eps, weight, inner, param,
+                                           (need_x, need_w, need_b), out)
+            return (dx if dx is None else dx.to(ctx.x_dtype, memory_format=fmt),
+                    dw if dw is None else dw.to(weight.dtype),
+                    db if db is None else db.to(ctx.bias_dtype), None, None)
 
         # The only two passes over the whole tensor: sum g and g x_hat over `inner`
         # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
@@ -353,6 +361,28 @@ class Normalize(torch.autograd.Function):
             grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
                                      outer, param, need_w, out).to(ctx.x_dtype, memory_format=fmt)
         return grad_x, grad_w, grad_b, None, None
+
+
+def _float32_backward(lay: Layout, g, kept, var, eps: float, weight, inner, param, needs, out):
+    r"""``(dx, dgamma, dbeta)`` (None where not needed), float32 BN and IN (``kept``: x - mu):
+    :math:`dx = c_0 + (x-\mu)\,s + g\,c_1`, :math:`c_1 = \gamma r`, :math:`c_0 = -c_1\sum_S g/n`,
+    :math:`s = -c_1 r^2 \sum_S g (x-\mu)/n`, each rounded once from float64 (from float32 values
+    they took 3-4 roundings, shared by a channel); small terms first, :math:`g c_1` last (without
+    FMA, ``ATEN_CPU_CAPABILITY=default``, the largest values take 2 roundings, not 4)."""
+    need_x, need_w, need_b = needs
+    sum_gc = None                                       # out: x's shape, for g (x - mu), dx
+    sum_g = sum_keep(g, inner, double=True) if (need_x or need_b) else None       # sum_S g
+    if need_x or need_w:                                        # sum_S g (x - mu), float64
+        sum_gc = sum_of_products(g, kept, inner, out=out.view(g.shape), double=True)
+    r = torch.rsqrt(var.double() + eps)
+    dbeta = sum_keep(sum_g, param).reshape(lay.affine_shape) if need_b else None
+    dgamma = sum_keep(sum_gc * r, param).reshape(lay.affine_shape) if need_w else None
+    if need_x:
+        gr = r if weight is None else r * weight.double().reshape(lay.affine_view_shape)
+        c0 = (gr * sum_g * (-1.0 / lay.set_size)).to(g.dtype)
+        slope = (gr * r * r * sum_gc * (-1.0 / lay.set_size)).to(g.dtype)
+        out.view(g.shape).copy_(c0.expand_as(g)).addcmul_(kept, slope).addcmul_(g, gr.float())
+    return (out if need_x else None), dgamma, dbeta
 
 
 def _on_kept(per_xhat: torch.Tensor, per_kept) -> torch.Tensor:
@@ -418,7 +448,7 @@ def _differentiable_backward(ctx, grad_y, x, weight):
 # ---------------------------------------------------------------------------------------
 # Weight Standardization
 # ---------------------------------------------------------------------------------------
-class WeightStandardize(torch.autograd.Function):
+class WeightStandardize(PositionalApply, torch.autograd.Function):
     r"""``w_hat = (w - mu) / sqrt(var + eps)`` or ``(w - mu) / (std + eps)`` per output
     channel, with variance correction ``c``, and the hand-derived backward
 

@@ -74,7 +74,8 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import compute_dtype, sum_keep, sum_of_products, writes_in_place
+from .core import (PositionalApply, compute_dtype, sum_keep, sum_of_products,
+                   writes_in_place)
 
 __all__ = ["DyTFunction", "dyt_formula", "dyt_backward", "tanh_derivative"]
 
@@ -156,7 +157,7 @@ def dyt_backward(g, x, alpha, weight, t, lay: Layout | None, needs=(True,) * 4):
     return grad_x, grad_a, grad_w, grad_b
 
 
-class DyTFunction(torch.autograd.Function):
+class DyTFunction(PositionalApply, torch.autograd.Function):
     r"""``y = gamma * tanh(alpha * x) + beta`` with the hand-derived backward (module
     docstring); ``DyTFunction.apply(x, alpha, weight, bias, lay)`` returns ``(y, t)``, ``t``
     the kept :math:`\tanh(\alpha x)` (not differentiable); ``weight`` and ``bias`` may be

@@ -385,7 +385,9 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
         # the shift: beta - mu gamma r (one pass), or beta - delta gamma r after x - mu0
         shift = grp.per_group(mu0 if one_pass else delta) * scale
         shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
-        if one_pass:
+        if one_pass and grp.pos == 1:   # channels_last: scale, shift vary along the inner C
+            torch.addcmul(grp.spread(shift), xv, grp.spread(scale), out=yv)         # y
+        elif one_pass:
             torch.mul(xv, grp.spread(scale), out=yv).add_(grp.spread(shift))        # y
         else:
             yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                       # y

@@ -199,3 +199,19 @@ def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
     ref = x.double().square().sum(1)
     assert ((got - ref).abs() / ref).max() <= torch.finfo(torch.float32).eps
     assert torch.equal(core.sum_of_squares(x).double(), got.float().double())
+
+
+@pytest.mark.parametrize("shape, dims", [((8, 16, 32, 32), (0, 2, 3)), ((8, 16, 32, 32), (2, 3)),
+                                         ((4, 6, 5), (0, 2)), ((4, 6, 5), ())])
+def test_sum_keep_double_gives_the_float64_sums_that_round_to_the_float32_ones(shape, dims):
+    # BN and IN's float32 backward keep the sums in float64 (normcore.grad._float32_backward)
+    t = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    single, double = core.sum_keep(t, dims), core.sum_keep(t, dims, double=True)
+    assert single.dtype == torch.float32 and double.dtype == torch.float64
+    assert double.shape == single.shape
+    assert torch.equal(double.float(), single)
+    exact = t.double().sum(dims, keepdim=True) if dims else t.double()
+    assert (double - exact).abs().max() <= 1e-5 * exact.abs().max()
+    out = torch.empty_like(t)
+    prods = core.sum_of_products(t, t, dims, out=out, double=True)
+    assert prods.dtype == torch.float64 and torch.equal(prods.float(), core.sum_keep(t * t, dims))
