@@ -19,7 +19,7 @@ and its gradients have no term through the statistics (steps (1)-(2) of
     \frac{\partial L}{\partial \beta_c} = \sum g,
 
 the sums over every element of channel :math:`c` (batch and positions).  Autograd through
-the formula's ops gets the same numbers with five full-size temporaries (``x - mu``, its
+the formula's ops gets the same numbers with four or five full-size tensors (``x - mu``, its
 product, the output, and a gradient for each product); here there are two, the output and
 the input's gradient, as in torch's kernel, and the product :math:`g\,(x-\mu)` is formed
 in the gradient's buffer before the gradient overwrites it.
@@ -36,8 +36,8 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import (NEAR_ZERO, PositionalApply, affine_terms, column_sums, compute_dtype, output_format, row_sums,
-                   writes_in_place)
+from .core import (NEAR_ZERO, PositionalApply, affine_terms, column_sums, compute_dtype,
+                   output_format, row_sums, writes_in_place)
 
 __all__ = ["FixedStatistics", "applies"]
 

@@ -167,10 +167,10 @@ from torch.autograd.function import once_differentiable
 
 from . import rows
 from .axes import Layout, layout
-from .core import (PositionalApply, affine_out_of_place, affine_terms, apply_affine, apply_affine_terms,
-                   compute_dtype, inverse_std, moment_parts, moments, output_format,
-                   scale_is_small, standardize, sum_keep, sum_of_products, writes_in_place,
-                   ws_grad_input)
+from .core import (PositionalApply, affine_out_of_place, affine_terms, apply_affine,
+                   apply_affine_terms, compute_dtype, inverse_std, moment_parts, moments,
+                   output_format, scale_is_small, standardize, sum_keep, sum_of_products,
+                   writes_in_place, ws_grad_input)
 
 # The ops that run these Functions are those of normcore.functional (``backward="derived"``,
 # their default): one op per name.
