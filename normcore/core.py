@@ -503,12 +503,14 @@ class PositionalApply:
     """``apply`` for an autograd Function called with every argument positional: torch's
     ``Function.apply`` binds the arguments to ``forward``'s signature (``inspect``) on every
     call when ``setup_context`` is defined, about 20 us, a tenth of an eval BatchNorm on a
-    small batch.  Under ``torch.compile``, ``torch.func`` transforms and with keyword
-    arguments, torch's ``apply`` runs as it is."""
+    small batch.  Under ``torch.compile``, ``torch.func`` transforms, with keyword arguments
+    and with fewer arguments than ``forward`` takes (its defaults need the binding), torch's
+    ``apply`` runs as it is."""
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        if (kwargs or torch.compiler.is_compiling()
+        if (kwargs or len(args) != cls.forward.__code__.co_argcount
+                or torch.compiler.is_compiling()
                 or torch._C._are_functorch_transforms_active()):
             return super().apply(*args, **kwargs)  # type: ignore[misc]
         args = torch._functorch.utils.unwrap_dead_wrappers(args)

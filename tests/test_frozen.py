@@ -285,3 +285,27 @@ def test_positional_apply_skips_the_signature_binding(monkeypatch):
     lay = axes.layout("batch", x.shape)
     got = grad.Normalize.apply(x, w, None, lay, eps=1e-5)[0]     # keyword: torch's apply
     assert_close(got, grad.Normalize.apply(x, w, None, lay, 1e-5)[0])
+
+
+def test_positional_apply_binds_defaults_when_arguments_are_left_out():
+    """A forward with a default, called without it: torch's apply binds the default (the
+    fast path would hand setup_context one input too few)."""
+    from normcore.core import PositionalApply
+
+    class Scale(PositionalApply, torch.autograd.Function):
+        @staticmethod
+        def forward(x, factor=2.0):
+            return x * factor
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            _, ctx.factor = inputs
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.factor, None
+
+    x = torch.ones(3, requires_grad=True)
+    Scale.apply(x).sum().backward()
+    assert_close(x.grad, torch.full((3,), 2.0))
+    assert_close(Scale.apply(x, 3.0), torch.full((3,), 3.0))
