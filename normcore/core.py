@@ -104,10 +104,12 @@ def sum_keep(t: torch.Tensor, dims: tuple[int, ...], double: bool = False) -> to
             return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(back)
         if _known(t.numel() <= 1 << 16):
             return t.sum(dims, keepdim=True, dtype=torch.float64).to(back)
-    big = _known(t.numel() >= 1 << 15)
-    lead = t.shape[:nd - k]
-    sums = t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k) if big and tuple(
-        dims) == tuple(range(nd - k, nd)) and t.is_contiguous() else t.sum(dims, keepdim=True)
+    if (_known(t.numel() >= 1 << 15) and tuple(dims) == tuple(range(nd - k, nd))
+            and t.is_contiguous()):
+        lead = t.shape[:nd - k]                 # the sets as rows of a (sets, |S|) view
+        sums = t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
+    else:
+        sums = t.sum(dims, keepdim=True)
     return sums.double() if double else sums
 
 

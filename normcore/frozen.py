@@ -42,13 +42,12 @@ from .core import (NEAR_ZERO, PositionalApply, affine_terms, column_sums, comput
 __all__ = ["FixedStatistics", "applies"]
 
 
-def applies(x: torch.Tensor, mean, var, correction: int, eps_mode: str) -> bool:
-    """Whether :class:`FixedStatistics` computes this normalization: given statistics of
-    one value per channel, the usual eps and no variance correction, and not while
-    ``torch.jit.trace`` records (a Function would be one opaque call with the input's sizes
-    as constants; the formula's ops keep them traced)."""
-    return (mean is not None and var is not None and correction == 0
-            and eps_mode == "inside" and x.dim() >= 2 and not torch.jit.is_tracing())
+def applies(x: torch.Tensor) -> bool:
+    """Whether :class:`FixedStatistics` takes this input (the running statistics, one value
+    per channel, are its callers'): one with channels, and not while ``torch.jit.trace``
+    records (a Function would be one opaque call with the input's sizes as constants; the
+    formula's ops keep them traced)."""
+    return x.dim() >= 2 and not torch.jit.is_tracing()
 
 
 def _terms(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, lay: Layout, eps: float,

@@ -155,7 +155,7 @@ def _normalize_with_buffers(input: Tensor, lay: Layout, running_mean: Tensor | N
         checks.check_running_stats_constant(running_mean, running_var, caller)
         shape = lay.affine_view_shape
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
-        if backward == "derived" and frozen.applies(input, mean, var, 0, "inside"):
+        if backward == "derived" and frozen.applies(input):
             # an affine map per channel, with torch's two full-size tensors (normcore.frozen)
             return FixedStatistics.apply(input, mean, var, weight, bias, lay, eps)[0]
         return _normalize(input, lay, eps, weight, bias, mean=mean, var=var,
