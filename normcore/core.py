@@ -16,19 +16,20 @@ Weight Standardization code).  ``eps_mode="outside"`` uses :math:`r = 1/(\sigma+
 
 Nothing here validates arguments (:mod:`normcore._checks` does) or knows about autograd
 Functions (:mod:`normcore.grad`); both :func:`normalize_formula` and the Functions compute
-with the same steps: :func:`moments`, :func:`inverse_std`, :func:`apply_affine`.
+with the same steps: :func:`moments`, :func:`inverse_std`, :func:`apply_affine`; the
+sums they take come from :mod:`normcore.passes`.
 
 float16 / bfloat16 inputs are computed in float32 (:func:`compute_dtype`) and the results
 cast back, as PyTorch does.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 
 from .axes import Layout
+from .passes import sum_keep, sum_of_products
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -70,157 +71,6 @@ class Normalized(NamedTuple):
     mean: torch.Tensor
     var: torch.Tensor
 
-
-# ---------------------------------------------------------------------------------------
-# sums
-# ---------------------------------------------------------------------------------------
-def _known(cond) -> bool:
-    """``cond``, or under torch.export's symbolic sizes whether it is known true (no guard)."""
-    if isinstance(cond, torch.SymBool):
-        from torch.fx.experimental.symbolic_shapes import statically_known_true
-        return statically_known_true(cond)
-    return bool(cond)
-
-
-def sum_keep(t: torch.Tensor, dims: tuple[int, ...], double: bool = False) -> torch.Tensor:
-    """``t.sum(dims, keepdim=True)``, and ``t`` itself when there is nothing to sum;
-    ``double``: a float32 ``t``'s sums in float64, not rounded back to float32.
-
-    Over the trailing dims of a large contiguous tensor (LN, IN, GN, WS) the sum is taken
-    over the rows of the ``(sets, |S|)`` view: one long row per set is 1.5-2x faster on CPU
-    than the same reduction over several dims of a view (measured at (32, 32, 2, 32, 32),
-    GroupNorm's view; on small tensors the few extra Python steps cost more than they save).
-    """
-    if not dims:
-        return t.double() if double else t
-    nd, k = t.dim(), len(dims)
-    if t.dtype == torch.float32:
-        # float32 sums as torch's BatchNorm takes them: each row of trailing dims in float32,
-        # the rest (BN's batch dim, or a small tensor) in float64
-        back = torch.float64 if double else t.dtype
-        trailing = _trailing(dims, nd)
-        rest = tuple(d for d in sorted(dims) if d not in trailing)
-        if rest and trailing:
-            return sum_keep(t, trailing).sum(rest, keepdim=True, dtype=torch.float64).to(back)
-        if _known(t.numel() <= 1 << 16):
-            return t.sum(dims, keepdim=True, dtype=torch.float64).to(back)
-    if (_known(t.numel() >= 1 << 15) and tuple(dims) == tuple(range(nd - k, nd))
-            and t.is_contiguous()):
-        lead = t.shape[:nd - k]                 # the sets as rows of a (sets, |S|) view
-        sums = t.reshape(math.prod(lead), -1).sum(1).reshape(lead + (1,) * k)
-    else:
-        sums = t.sum(dims, keepdim=True)
-    return sums.double() if double else sums
-
-
-def sum_of_products(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...],
-                    out: torch.Tensor | None = None, double: bool = False) -> torch.Tensor:
-    """``(a * b).sum(dims, keepdim=True)``; the product, where it is formed, goes into ``out``
-    (a spare tensor of ``a``'s shape) when given.  ``double`` (with ``out`` only): float32
-    sums returned in float64 (:func:`sum_keep`).
-
-    When ``dims`` are the trailing dims (LN, IN, GN, WS) each set is one row of a
-    ``(sets, |S|)`` matrix, and the sum is a row reduction: ``torch.linalg.vecdot`` of the
-    rows, or for ``a is b`` (a sum of squares) squared 2-norms (:func:`sum_of_squares`),
-    fused reductions that never write the product (measured 13x faster than a batch of
-    ``bmm`` dot products and 2x faster than ``(a * a).sum``, at (2048, 512) on one thread).
-    ``vecdot`` writes the product to a
-    temporary on CPU, so with ``out`` the product goes there instead (a fresh full-size
-    temporary costs page faults).  BN's dims ``(0, 2, 3, ...)`` are not contiguous (a row
-    view would need a permuted copy), so there the product is formed and summed.
-    """
-    nd, k = a.dim(), len(dims)
-    if out is not None:
-        return sum_keep(torch.mul(a, b, out=out), dims, double)
-    if k == 0:
-        return torch.mul(a, b)
-    if tuple(dims) == tuple(range(nd - k, nd)) and a.shape == b.shape:
-        lead, n = a.shape[:nd - k], math.prod(a.shape[nd - k:])
-        rows = a.reshape(-1, n)
-        if a is b:
-            sums = sum_of_squares(rows)
-        else:
-            sums = torch.linalg.vecdot(rows, b.reshape(-1, n), dim=-1)
-        return sums.reshape(lead + (1,) * k)
-    trail = _trailing(dims, nd)
-    if a is b and a.dtype == torch.float32 and trail and a.is_contiguous() \
-            and _known(a.numel() >= 1 << 15):
-        # BN: the squares of each row of trailing dims by chunks, the rest summed in float64
-        # (the float32 sum over (0, 2, 3) was off by 3.4 roundings, the output by as much)
-        lead = a.shape[:nd - len(trail)]
-        sums = sum_of_squares(a.reshape(-1, math.prod(a.shape[nd - len(trail):])))
-        rest = tuple(d for d in dims if d not in trail)
-        return sums.reshape(lead + (1,) * len(trail)).sum(
-            rest, keepdim=True, dtype=torch.float64).to(a.dtype)
-    return (a * b).sum(dims, keepdim=True)
-
-
-def _trailing(dims: tuple[int, ...], nd: int) -> tuple[int, ...]:
-    """The dims of ``dims`` that end the shape without a gap: ``(2, 3)`` of ``(0, 2, 3)``."""
-    sd, j = sorted(dims), len(dims)
-    while j > 0 and sd[j - 1] == nd - (len(dims) - j) - 1:
-        j -= 1
-    return tuple(sd[j:])
-
-
-def sum_of_squares(rows: torch.Tensor, precise: bool = False,
-                   exact: bool = False, double: bool = False) -> torch.Tensor:
-    """The sum of squares of each row of a contiguous ``(R, n)``: ``vector_norm(...) ** 2``
-    over chunks of at most 256 values, whose squares are then summed (for float32 in float64:
-    squaring the rounded norms and summing them in float32 was 2-3 roundings of the sum).
-    ``vector_norm`` accumulates sequentially in float32 (no pairwise summation): over one long
-    set (a LayerNorm over (C, H, W), 65536 values) its error was 4x torch's, over an
-    InstanceNorm set of 1024 values 2x.  A long row that cannot be cut into equal chunks is
-    summed by ``vecdot`` (pairwise; writes the squares).
-
-    For float32 rows, ``precise`` takes chunks of 64 values and returns the sums in float64
-    (about the time of chunks of 256; measured at (2048, 1024) and (256, 8192): 1.2 and 0.3
-    roundings of the sum, where chunks of 256 were 2.3 and 0.8); ``exact`` sums each row in
-    float64 (exact to a rounding of the sum, about 4x the time) and returns float64;
-    ``double`` returns the sums of chunks of 256 in float64 (not rounded to float32).  The
-    variance is then good enough that r, and every output of its set, carries about one
-    rounding."""
-    n = rows.shape[-1]
-    single = rows.dtype == torch.float32
-    if exact and single:
-        return torch.linalg.vector_norm(rows, dim=-1, dtype=torch.float64).square()
-    precise = precise and single
-    back = torch.float64 if (precise or double) and single else rows.dtype
-    size = 64 if precise else 256
-    if n <= size:
-        norms = torch.linalg.vector_norm(rows, dim=-1)
-        return norms.double().square().to(back) if single else norms.square()
-    chunk = next((c for c in (size, 128, 64) if n % c == 0 and c <= size), None)
-    if chunk is None:
-        return torch.linalg.vecdot(rows, rows, dim=-1).to(back)
-    parts = torch.linalg.vector_norm(rows.reshape(rows.shape[0], n // chunk, chunk), dim=-1)
-    if single:
-        return parts.double().square().sum(-1).to(back)
-    return parts.square().sum(-1)
-
-
-
-def row_sums(rows: torch.Tensor, exact: bool = False) -> torch.Tensor:
-    """The sum of each row of a float32 ``(R, n)`` in float64, ``(R, 1)``: by chunks of 256 in
-    float32 (or of 128, 64), then in float64 (``exact``, or a row not cut so: the whole row in
-    float64, 8x the time; chunks of 64 took twice as long, for no gain in the outputs)."""
-    n = rows.shape[1]
-    chunk = next((c for c in (256, 128, 64) if n % c == 0), None)
-    if exact or chunk is None:
-        return torch.sum(rows, 1, keepdim=True, dtype=torch.float64)
-    return rows.view(rows.shape[0], n // chunk, chunk).sum(-1).sum(-1, keepdim=True,
-                                                                    dtype=torch.float64)
-
-
-def column_sums(t: torch.Tensor, out: torch.Tensor) -> None:
-    """The sums of the columns of ``t`` into ``out`` (float64 for float32 ``t``): by 32 rows
-    in float32, then in ``out``'s dtype (measured at (1024, 512): a float32 sum down 1024 rows
-    was 2.3 roundings of the largest sum, by 32 rows 0.7, for 1.5x its time; a float64 sum
-    down the whole column, 6x)."""
-    rows = t.shape[0]
-    if out.dtype != t.dtype and rows % 32 == 0 and rows > 32:
-        t = t.view(rows // 32, 32, -1).sum(1)
-    torch.sum(t, 0, dtype=out.dtype, out=out)
 
 # ---------------------------------------------------------------------------------------
 # the steps of the formula
@@ -376,6 +226,20 @@ def affine_terms(mean, delta, var, eps: float, affine_shape, weight, bias,
     return s_x.to(sdt), s_c.to(sdt), t.to(sdt)
 
 
+def scale_and_shift(r: torch.Tensor, mean: torch.Tensor, affine_shape, weight, bias,
+                    dtype: torch.dtype):
+    r"""``(s, t)`` of :math:`y = x\,s + t`, :math:`s = \mathrm{fl}(\gamma r)` and :math:`t =
+    \mathrm{fl}(\beta - \mu s)` each rounded once to ``dtype`` from float64 (``r`` and
+    ``mean`` float64; gamma and beta reshaped to ``affine_shape``): :func:`affine_terms`'
+    first form, in fewer small steps where every set's mean is known to be near 0."""
+    # a float32 factor times a float64 one is taken in float64 (type promotion, exact
+    # conversion): the same bits as converting it first, one small op fewer each
+    s = (r if weight is None else r * weight.reshape(affine_shape)).to(dtype)
+    t = mean * s
+    t = -t if bias is None else bias.reshape(affine_shape) - t
+    return s, t.to(dtype)
+
+
 def apply_affine_terms(x: torch.Tensor, centered: torch.Tensor, terms,
                        out: torch.Tensor) -> torch.Tensor:
     """``x s_x + ((x - mu) s_c + t)`` (:func:`affine_terms`) into ``out`` (not ``x``), two
@@ -441,33 +305,6 @@ def normalize_formula(x: torch.Tensor, lay: Layout, eps: float, weight=None, bia
     return Normalized(y.reshape(lay.shape).to(out_dtype), mean, var)
 
 
-def group_norm_channels_last(x: torch.Tensor, lay: Layout, eps: float, weight=None,
-                             bias=None) -> Normalized:
-    r"""GroupNorm's formula, without autograd, on a ``channels_last`` (or
-    ``channels_last_3d``) input, through the view of its memory ``(N, P, G, C/G)`` (``P``
-    positions), which is contiguous.  The same steps as :func:`normalize_formula` (two-pass
-    statistics, centering first), summed over the positions first and then over the
-    ``C/G`` channels of a group: on the ``(N, G, C/G, *S)`` view of such an input every pass
-    strides over its innermost ``C/G`` channels and runs 10-20x slower than torch's kernel.
-    The output is ``channels_last`` as torch's."""
-    cdt = compute_dtype(x.dtype)
-    N, C, G = x.shape[0], x.shape[1], lay.num_groups
-    xp = x.movedim(1, -1).reshape(N, -1, G, C // G).to(cdt)           # (N, P, G, C/G)
-    y = torch.empty_like(x, dtype=cdt)                                  # channels_last
-    yp = y.movedim(1, -1).view(xp.shape)
-    n = lay.set_size
-    mean = xp.sum(1, keepdim=True).sum(3, keepdim=True) / n            # mu, (N, 1, G, 1)
-    torch.sub(xp, mean.expand(-1, -1, -1, xp.shape[3]).contiguous(), out=yp)   # x - mu
-    var = yp.square().sum(1, keepdim=True).sum(3, keepdim=True) / n     # sigma^2
-    scale = inverse_std(var, eps).expand(-1, -1, -1, xp.shape[3])     # r
-    if weight is not None:
-        scale = scale * weight.to(cdt).view(1, 1, G, -1)                # gamma r
-    yp.mul_(scale.contiguous())
-    if bias is not None:
-        yp.add_(bias.to(cdt).view(1, 1, G, -1))                         # + beta
-    return Normalized(y.to(x.dtype), mean.reshape(lay.stat_shape), var.reshape(lay.stat_shape))
-
-
 class Standardized(NamedTuple):
     """Steps (1)-(4) of the formula, in the view and the compute dtype."""
 
@@ -489,14 +326,30 @@ def standardize(x: torch.Tensor, lay: Layout, eps: float, correction: int = 0,
     return Standardized(xhat, mean, var, inv_std)
 
 
-def ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, n: int, m) -> torch.Tensor:
+#: whether torch's CPU kernels fuse a multiply and an add (``addcmul``) into one rounding: every
+#: capability but the generic kernels (``ATEN_CPU_CAPABILITY=default``)
+FUSED_MULTIPLY_ADD = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+
+
+def ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, n: int, m, out=None) -> torch.Tensor:
     r"""Weight Standardization's input gradient (:class:`normcore.grad.WeightStandardize`),
-    :math:`r\,(d - \bar d - \hat w \sum d\hat w / m)`, as
-    :math:`(d - \bar d)\,r + \hat w\,(-r \sum d\hat w / m)`.  At a zero-initialised
-    weight (:math:`\hat w = 0`, :math:`r = 1/\sqrt\epsilon`) the gradient is
-    :math:`r (d - \bar d)`: rounding :math:`d - \bar d` once and then the product is as
-    accurate as torch's BatchNorm backward (timm's StdConv2d), where the
-    :math:`r d - r\bar d` of the activations' fast path was 2.3x less accurate."""
+    :math:`r\,(d - \bar d - \hat w \sum d\hat w / m)`.  At a zero-initialised weight
+    (:math:`\hat w = 0`, :math:`r = 1/\sqrt\epsilon`) the gradient is :math:`r (d - \bar
+    d)`, where the :math:`r d - r\bar d` of the activations' fast path was 2.3x less accurate
+    than torch's BatchNorm backward (timm's StdConv2d).
+
+    A float32 ``w_hat`` with float64 sums (:data:`FUSED_MULTIPLY_ADD`): :math:`\hat w\,k + c`
+    with :math:`k = -r\sum d\hat w / m` and :math:`c = -r\bar d` each rounded once from
+    float64, then :math:`+\,d\,r` fused, the largest term last and rounded once: 0.35-0.62x
+    torch's error on ordinary weights, 0.42-0.89x on zero ones (AVX-512, seeds 0-4), where the
+    whole backward in float64 took 1.5 ms of a 1.9 ms forward and backward.  Otherwise
+    :math:`(d - \bar d)\,r + \hat w\,k` in ``w_hat``'s dtype: rounding :math:`d - \bar d`
+    once, then the product.  ``out``: a spare tensor of ``w_hat``'s shape and dtype."""
+    if w_hat.dtype == torch.float32 and sum_d.dtype == torch.float64:
+        r = inv_std.double()
+        k = (-(r * sum_dwhat) / m).to(torch.float32)
+        c = (-(sum_d / n) * r).to(torch.float32)
+        return torch.mul(w_hat, k, out=out).add_(c).addcmul_(d, r.to(torch.float32))
     grad = torch.sub(d, sum_d / n).mul_(inv_std)                # (d - mean d) r
     return grad.addcmul_(w_hat, sum_dwhat * inv_std / (-m))     #   - r w_hat sum(d w_hat) / m
 

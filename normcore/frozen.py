@@ -36,8 +36,9 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import (NEAR_ZERO, PositionalApply, affine_terms, column_sums, compute_dtype,
-                   output_format, row_sums, writes_in_place)
+from .core import (NEAR_ZERO, PositionalApply, affine_terms, compute_dtype, output_format,
+                   scale_and_shift, writes_in_place)
+from .passes import column_sums, row_affine, row_sums
 
 __all__ = ["FixedStatistics", "applies"]
 
@@ -61,10 +62,8 @@ def _terms(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, lay: Layout, 
     r = torch.rsqrt(v + eps)
     eager = writes_in_place() and not torch.compiler.is_compiling()
     if eager and bool((mu.abs() <= NEAR_ZERO * v.sqrt()).all()):
-        s = (r if weight is None else r * weight.double().reshape(shape)).to(cdt)
-        t = mu * s.double()
-        t = -t if bias is None else bias.double().reshape(shape) - t
-        return s, None, t.to(cdt), r
+        s, t = scale_and_shift(r, mu, shape, weight, bias, cdt)
+        return s, None, t, r
     return (*affine_terms(mean.to(cdt), torch.zeros_like(mean, dtype=cdt), var.to(cdt), eps,
                           shape, weight, bias), r)
 
@@ -87,7 +86,12 @@ def _forward(x: torch.Tensor, mean: torch.Tensor, terms, lay: Layout) -> torch.T
     if s_c is None:                       # every channel's mean near 0: x s + t
         if _channel_inner(y):
             return torch.addcmul(t, xv, s_x, out=y)
-        return y.copy_(t.expand_as(y)).addcmul_(xv, s_x)   # fused multiply-add: one rounding
+        if xv.is_contiguous() and y.is_contiguous() and y.dim() > 2 and y.numel():
+            rows = (y.shape[0], y.shape[1], y[0, 0].numel())     # positions per channel
+            row_affine(xv.reshape(rows), s_x.reshape(1, -1, 1), t.reshape(1, -1, 1),
+                       out=y.view(rows))             # fused multiply-add: one rounding
+            return y
+        return y.copy_(t.expand_as(y)).addcmul_(xv, s_x)
     torch.sub(xv, mean.to(cdt), out=y)                                   # x - mu
     if _channel_inner(y):
         torch.addcmul(t, y, s_c, out=y)                                  # (x - mu) s + t
@@ -98,8 +102,8 @@ def _forward(x: torch.Tensor, mean: torch.Tensor, terms, lay: Layout) -> torch.T
 
 def channel_sums(t: torch.Tensor) -> torch.Tensor:
     """The sum of each channel (dim 1) of ``t`` over every other dim, ``(C,)``, in float64 for
-    float32 ``t`` (by rows of float32 first: :func:`normcore.core.row_sums`,
-    :func:`normcore.core.column_sums`), in ``t``'s dtype otherwise."""
+    float32 ``t`` (by rows of float32 first: :func:`normcore.passes.row_sums`,
+    :func:`normcore.passes.column_sums`), in ``t``'s dtype otherwise."""
     C = t.shape[1]
     acc = torch.float64 if t.dtype == torch.float32 else t.dtype
     if _channel_inner(t) and t.dim() > 2:          # channels_last: (N * positions, C) rows
@@ -116,6 +120,33 @@ def channel_sums(t: torch.Tensor) -> torch.Tensor:
     if acc == t.dtype:
         return per_row.sum(1).view(t.shape[0], C).sum(0)
     return row_sums(per_row.contiguous()).view(t.shape[0], C).sum(0)
+
+
+def _exact_dots(x: torch.Tensor, mean: torch.Tensor, g: torch.Tensor,
+                buf: torch.Tensor) -> torch.Tensor:
+    r""":math:`\sum g\,(x - \mu)` per channel, ``(C,)`` float64, for contiguous float32 ``x``,
+    ``g`` of at least four samples: :math:`x - \mu` and its product with ``g`` are exact in float64
+    (24-bit operands), so the sums carry only float64's own roundings.  x and g are copied,
+    a quarter of the samples at a time, into the memory of ``buf`` (float32, x's size: the
+    input gradient's, written after) read as float64: no temporary as large as x.  From
+    float32 products (two roundings each) and float32 partial sums, dgamma was 1.001x torch's
+    error (seed 4 of benchmarks/accuracy.py, AVX-512); now 0.09-0.47x on seeds 0-4 (generic
+    kernels: 0.14-0.42x), for 1.3x -> 1.6x torch's time (fwd+bwd at (32, 64, 32, 32)).
+    Contiguous input only: on ``channels_last`` memory the copies took BN eval fwd+bwd from
+    1.9x torch's time to 2.5x; and not under torch.compile (:meth:`FixedStatistics.backward`)."""
+    N, C = x.shape[0], x.shape[1]
+    per_sample = x[0].numel()
+    step = max(1, min(N // 4, (1 << 18) // max(per_sample, 1)))
+    scratch = buf.as_strided((buf.numel(),), (1,)).view(torch.float64)
+    half = step * per_sample
+    out = torch.zeros(C, dtype=torch.float64, device=x.device)
+    mu = mean.double()
+    for s in range(0, N, step):
+        xs, gs = x[s:s + step], g[s:s + step]
+        a = scratch[:xs.numel()].view(xs.shape).copy_(xs).sub_(mu)              # x - mu
+        b = scratch[half:half + xs.numel()].view(xs.shape).copy_(gs)
+        out.add_(channel_sums(a.mul_(b)))                                       # exact
+    return out
 
 
 class FixedStatistics(PositionalApply, torch.autograd.Function):
@@ -167,7 +198,12 @@ class FixedStatistics(PositionalApply, torch.autograd.Function):
         gv = g.to(cdt).contiguous(memory_format=fmt)      # g in x's memory format
         buf = torch.empty_like(x, dtype=cdt, memory_format=fmt) if need_x or need_w else None
         dw = db = None
-        if need_w:
+        # not under torch.compile: there the float64 view of buf's memory gave a wrong dgamma
+        # (tests/test_compile.py, inductor, BN and IN in eval mode)
+        if need_w and cdt == torch.float32 and x.shape[0] >= 4 and x.numel() % 2 == 0 \
+                and not _channel_inner(x) and not torch.compiler.is_compiling():
+            dw = (_exact_dots(x, mean, gv, buf) * r.flatten()).to(weight.dtype)
+        elif need_w:
             torch.sub(x.to(cdt), mean.to(cdt), out=buf).mul_(gv)               # g (x - mu)
             dw = (channel_sums(buf) * r.flatten()).to(weight.dtype)
         if need_b:

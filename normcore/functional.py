@@ -59,12 +59,11 @@ import torch
 from torch import Tensor
 
 from . import _checks as checks
-from . import axes, frozen, rows, stats
+from . import axes, frozen, groups, rows, stats
 from ._checks import WS_CONVENTIONS
 from ._functional_docs import documented  # the ops' docstrings, in torch's form, are there
 from .axes import Layout
-from .core import (Normalized, compute_dtype, group_norm_channels_last, normalize_formula,
-                   output_format, writes_in_place)
+from .core import Normalized, compute_dtype, normalize_formula, output_format, writes_in_place
 from .defaults import EPS, MOMENTUM
 from .frozen import FixedStatistics
 from .grad import Normalize, WeightStandardize
@@ -117,9 +116,11 @@ def _normalize(x: Tensor, lay: Layout, eps: float, weight: Tensor | None = None,
                     or x.dtype == torch.float32))
     if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None
             and not derived and not by_rows and backward == "derived" and writes_in_place()):
-        return group_norm_channels_last(x, lay, eps, weight, bias)
+        return groups.group_norm_channels_last(x, lay, eps, weight, bias)
     if ((derived or by_rows) and (mean is None or var is None)
             and correction == 0 and eps_mode == "inside"):
+        if not derived:     # no gradient to record: the fast path without the Function
+            return Normalized(*groups.forward_function(x, weight, bias, lay, eps)[:3])
         return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
     out = normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
                             correction=correction, eps_mode=eps_mode)

@@ -165,12 +165,13 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import rows
+from . import groups, rows
 from .axes import Layout, layout
-from .core import (PositionalApply, affine_out_of_place, affine_terms, apply_affine,
-                   apply_affine_terms, compute_dtype, inverse_std, moment_parts, moments,
-                   output_format, scale_is_small, standardize, sum_keep, sum_of_products,
-                   writes_in_place, ws_grad_input)
+from .core import (FUSED_MULTIPLY_ADD, PositionalApply, affine_out_of_place, affine_terms,
+                   apply_affine, apply_affine_terms, compute_dtype, inverse_std, moment_parts,
+                   moments, output_format, scale_is_small, standardize, writes_in_place,
+                   ws_grad_input)
+from .passes import sum_keep, sum_of_products
 
 # The ops that run these Functions are those of normcore.functional (``backward="derived"``,
 # their default): one op per name.
@@ -265,7 +266,7 @@ class Normalize(PositionalApply, torch.autograd.Function):
     @staticmethod
     def forward(x, weight, bias, lay: Layout, eps: float):
         if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
-            return rows.forward_function(x, weight, bias, lay, eps)   # keeps no x - mu
+            return groups.forward_function(x, weight, bias, lay, eps)  # keeps no x - mu
         xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
         rounded, delta, var, centered = moment_parts(xv, lay)                 # (1)-(2)
         mean = rounded if delta is None else rounded + delta
@@ -315,7 +316,7 @@ class Normalize(PositionalApply, torch.autograd.Function):
             # a second derivative is coming, or torch.func (which always builds a graph)
             return _differentiable_backward(ctx, grad_y, x, weight)
         if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is (mu0, delta)
-            return rows.backward_function(ctx, grad_y, kept, inv_std, weight, x)
+            return groups.backward_function(ctx, grad_y, kept, inv_std, weight, x)
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         need_w, need_b = need_w and weight is not None, need_b and bias is not None
@@ -479,6 +480,8 @@ class WeightStandardize(PositionalApply, torch.autograd.Function):
             # rho = (sigma + eps) / sigma.  At sigma = 0 the term is 0 (w_hat = 0 there,
             # and torch.std's backward drops it too); m = inf gives exactly that.
             m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
+        if weight.dtype == torch.float32 and FUSED_MULTIPLY_ADD:
+            w_hat = w_hat.to(torch.float32)       # kept rounded: core.ws_grad_input's float32 form
         # a copy: the output must be neither w_hat (saved) nor a view of it
         return w_hat.reshape(weight.shape).to(weight.dtype, copy=True), w_hat, inv_std, m
 
@@ -494,7 +497,10 @@ class WeightStandardize(PositionalApply, torch.autograd.Function):
         w_hat, inv_std, m = ctx.saved_tensors
         lay: Layout = ctx.lay
         d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
-        sum_d = d.sum(lay.reduce_dims, keepdim=True)              # sum_S d
-        sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims)    # sum_S d w_hat
-        grad_w = ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, lay.set_size, m)
+        wide = w_hat.dtype == torch.float32                       # the sums in float64
+        buf = torch.empty_like(d) if wide else None               # d w_hat, then the gradient
+        sum_d = sum_keep(d, lay.reduce_dims, double=wide)                        # sum_S d
+        sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims, buf, double=wide)  # sum_S d w_hat
+        buf = buf if writes_in_place() else None
+        grad_w = ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, lay.set_size, m, buf)
         return grad_w.reshape(lay.shape).to(ctx.dtype), None, None, None

@@ -74,8 +74,8 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import (PositionalApply, compute_dtype, sum_keep, sum_of_products,
-                   writes_in_place)
+from .core import PositionalApply, compute_dtype, writes_in_place
+from .passes import sum_keep, sum_of_products
 
 __all__ = ["DyTFunction", "dyt_formula", "dyt_backward", "tanh_derivative"]
 

@@ -1,5 +1,5 @@
-r"""LayerNorm and RMSNorm over their rows, a cache-sized block of rows at a time; GroupNorm
-and InstanceNorm with nothing full-size kept for the backward.
+r"""LayerNorm and RMSNorm over their rows, a cache-sized block of rows at a time; which
+inputs take the fast paths (:func:`applies`), here or in :mod:`normcore.groups`.
 
 When :math:`\gamma, \beta` vary along every dim of the set :math:`S` (LayerNorm, RMSNorm:
 gamma has ``normalized_shape``) and :math:`S` is the input's trailing dims, the view
@@ -12,9 +12,12 @@ block of :data:`BLOCK_ELEMENTS` elements (2 MB in float32) the passes hit the ca
 only full-size tensors are the output and the input's gradient, as for torch's kernels (the
 backward recomputes :math:`\hat x` from the saved input, block by block).
 
-Forward, two sweeps over the blocks: the sums :math:`\sum x` and :math:`\sum x^2` of
-each row, then, with every row's :math:`r` found at once, :math:`\hat x\,\gamma + \beta`
-written into the output's rows.  :math:`\sigma^2 = \overline{x^2} - \mu^2` only when every
+Forward, two sweeps: the sums :math:`\sum x` and :math:`\sum x^2` of each row, over the
+whole input at once (without a fused multiply-add, by float32 chunks then in float64 as far as
+:math:`r`, rounded once), then, with every row's :math:`r` found, block by block
+:math:`\hat x = x\,r + (-\mu r)` (one fused multiply-add,
+:func:`normcore.passes.row_affine`) and :math:`\hat x\,\gamma + \beta` written into the
+output's rows.  :math:`\sigma^2 = \overline{x^2} - \mu^2` only when every
 set's mean is at most half its spread (:func:`_one_pass`: cancellation then costs at most a
 quarter of a rounding); otherwise the corrected two-pass algorithm of
 :func:`normcore.core.moments`, whose rounded mean ``mu0`` and correction ``delta`` are kept
@@ -31,25 +34,18 @@ and finally the boxed formula written into the gradient's rows:
     \frac{\partial L}{\partial x} = r\Big(g\gamma - \frac{\sum_S d}{n}
         - \hat x\,\frac{\sum_S d\hat x}{n}\Big).
 
-GroupNorm, InstanceNorm, and BatchNorm on ``channels_last`` memory (:func:`forward_groups`,
-:func:`backward_groups`) run on a view of the input's own memory (:class:`_Groups`) and keep
-nothing full-size: the backward recomputes what it needs from x into the gradient's own
-buffer, and folds the mean (or its correction ``delta``) into small per-channel factors.
-Measured at (32, 64, 32, 32), one thread, CPU time: GN fwd+bwd 2.9x torch's time before the
-fold, 2.2-2.5x after; GN on ``channels_last`` fwd+bwd 3.2x before, 0.9-1.1x after.
+GroupNorm, InstanceNorm, and BatchNorm on ``channels_last`` memory are in
+:mod:`normcore.groups`, with the two functions ``Normalize`` calls when :func:`applies`.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 
 from .axes import Layout
-from .core import (affine_terms, apply_affine_terms, column_sums, compute_dtype, inverse_std,
-                   output_format, row_sums, sum_of_squares, writes_in_place)
+from .core import FUSED_MULTIPLY_ADD, compute_dtype, inverse_std, writes_in_place
+from .passes import column_sums, row_affine, row_sums, sum_of_squares
 
-__all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward",
-           "forward_function", "backward_function"]
+__all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "applies", "forward", "backward"]
 
 #: elements per block and thread: 2 MB in float32, so that a block of x, of the output and a
 #: temporary stay in cache (measured at (8192, 512): blocks of 256, 1024, 4096 and 8192 rows
@@ -108,9 +104,10 @@ def _blocks(rows: int, row_size: int):
 def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     r"""``(y, mean, var, inv_std, kept)``: ``y`` a fresh tensor of ``lay.shape`` in the compute
     dtype, the statistics of shape ``lay.stat_shape`` (``mean`` zeros when uncentered), and
-    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).  Two sweeps over the
-    blocks: the sums (:math:`\sum x`, :math:`\sum x^2`), then, with every set's ``r`` found
-    at once, :math:`\hat x\,\gamma + \beta` written into the output.  When some set's mean
+    ``kept`` = ``(mu0, delta)`` for the backward (:func:`_shifts`).  Two sweeps: the sums
+    (:math:`\sum x`, :math:`\sum x^2`; by blocks only for a half-precision x, made float32 a
+    block at a time), then, with every set's ``r`` found at once, by blocks
+    :math:`\hat x\,\gamma + \beta` written into the output.  When some set's mean
     is large beside its spread (:func:`_one_pass`), the second sweep is the two-pass one
     instead (:func:`_two_pass_block`).  Every step writes into a buffer made before the loop
     (``out=``): small temporaries between large allocations fragment the heap (page faults)."""
@@ -124,28 +121,41 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     y = torch.empty(lay.shape, dtype=cdt, device=x.device)
     y2 = y.view(sets, n)
     blocks = _blocks(sets, n)
-    for s, e in blocks:                                                          # the sums
+    # Without a fused multiply-add (the generic kernels) the sums are float64 as far as r: in
+    # float32, LN's y was 1.19x torch's error there; with it they are as good in float32 (y
+    # 0.74-0.95x torch's) and 0.45 ms faster at (32, 256, 512)
+    wide = lay.centered and not FUSED_MULTIPLY_ADD
+    sums = torch.empty(2, sets, 1, dtype=torch.float64 if wide else cdt, device=x.device)
+    # the sums in one go when x is in the compute dtype: no temporary is full-size, and by
+    # blocks they took 1.5 ms in place of 0.9 (at (32, 256, 512), the ops' own overhead)
+    for s, e in blocks if x.dtype != cdt else [(0, sets)]:                       # the sums
         xb = x2[s:e].to(cdt)
         if lay.centered:
-            var[s:e].copy_(sum_of_squares(xb).view(-1, 1))
-            torch.sum(xb, 1, keepdim=True, out=mu0[s:e])
+            sums[0, s:e].copy_(row_sums(xb) if wide else xb.sum(1, keepdim=True))
+            sums[1, s:e].copy_(sum_of_squares(xb, double=wide).view(-1, 1))
         else:   # RMSNorm: chunks of 64 in float64, r from them (its dx was 1.04x torch's error)
             v64 = sum_of_squares(xb, precise=True).view(-1, 1).double() / n
             var[s:e].copy_(v64)
             inv[s:e].copy_(inverse_std(v64, eps))                                # r
-    one_pass = not lay.centered or _one_pass(mu0.div_(n), var.div_(n))          # sigma^2
-    if one_pass and lay.centered:
-        inv.copy_(inverse_std(var, eps))                                         # r
+    one_pass = True
+    if lay.centered:
+        mu, mean_square = sums[0].div_(n), sums[1].div_(n)
+        one_pass = _one_pass(mu, mean_square)                                    # sigma^2
+        mu0.copy_(mu)
+        if one_pass:
+            var.copy_(mean_square)
+            inv.copy_(inverse_std(mean_square, eps))                             # r
+            shift = _shift(mu0, inv)                                             # -mu0 r
     for s, e in blocks:
         xb, yb, r = x2[s:e].to(cdt), y2[s:e], inv[s:e]
         if not one_pass:
             _two_pass_block(xb, yb, mu0[s:e], delta[s:e], var[s:e], r, eps)
         elif lay.centered:
-            torch.sub(xb, mu0[s:e], out=yb).mul_(r)                              # x_hat
+            row_affine(xb, r, shift[s:e], out=yb)                                # x_hat
         else:
             torch.mul(xb, r, out=yb)                                             # x_hat
         if w is not None and b is not None:
-            torch.addcmul(b, yb, w, out=yb)                                      # gamma x_hat + beta
+            torch.addcmul(b, yb, w, out=yb)                                  # gamma x_hat + beta
         elif w is not None:
             yb.mul_(w)
         elif b is not None:
@@ -160,12 +170,34 @@ def _two_pass_block(xb, yb, mu0, delta, var, r, eps: float) -> None:
     (:func:`_variance`), for large means; the statistics into ``delta``, ``var`` and ``r``."""
     n = xb.shape[1]
     c = torch.sub(xb, mu0, out=yb)                                               # x - mu0
-    d = torch.sum(c, 1, keepdim=True, out=delta).div_(n)                        # delta
-    _variance(var.copy_(sum_of_squares(c).view(-1, 1)), d, n)                   # sigma^2
-    r.copy_(inverse_std(var, eps))                                               # r
-    if not _negligible(d, r):
-        c.sub_(d)                                                                # x - mu
-    c.mul_(r)                                                                    # x_hat
+    d64 = row_sums(c) / n                                                       # delta
+    v64 = sum_of_squares(c, double=True).view(-1, 1) / n - d64 * d64            # sigma^2
+    d = delta.copy_(d64)
+    var.copy_(v64)
+    r.copy_(inverse_std(v64, eps))                                               # r
+    _xhat(xb, c, mu0, d, r, centered=True)                                       # x_hat
+
+
+def _xhat(xb, out, mu0, delta, r, centered: bool) -> None:
+    r""":math:`\hat x` of a block of rows into ``out``, each row in the form that rounds less:
+    where :math:`|\mu|\,r \le 2`, :math:`x\,r + (-\mu r)` fused (the shift, rounded once, is
+    at most 2 where the largest :math:`|\hat x|` are 3-5); elsewhere, a large mean,
+    :math:`(x - \mu_0)\,r + (-\delta r)`, whose :math:`x - \mu_0` is exact or nearly so.
+    :math:`\mu = \mu_0 + \delta` from the kept float32 values, as the backward recomputes it.
+    ``centered``: ``out`` holds :math:`x - \mu_0` already.  The forward's two-pass sweep and
+    the backward after it; from :math:`(x - \mu)\,r` alone LN's y was 1.09x torch's error
+    (AVX-512, seed 4 of ``benchmarks/accuracy.py``), with this 0.77x."""
+    mu, rd = mu0.double() + delta.double(), r.double()
+    near = (mu.abs() * rd).le(2.0)
+    if bool(near.all()):
+        row_affine(xb, r, _shift(mu, r), out=out)
+        return
+    shift = (torch.where(near, -mu, -delta.double()) * rd).to(r.dtype)
+    if bool(near.any()):
+        torch.sub(xb, torch.where(near, 0.0, mu0), out=out)                       # x or x - mu0
+    elif not centered:
+        torch.sub(xb, mu0, out=out)                                                # x - mu0
+    row_affine(out, r, shift, out=out)
 
 
 def _variance(sum_sq: torch.Tensor, delta: torch.Tensor, n: int) -> torch.Tensor:
@@ -180,25 +212,35 @@ def _one_pass(mu: torch.Tensor, mean_square: torch.Tensor) -> bool:
     \overline{x^2} - \mu^2` loses at most a quarter of a rounding to cancellation, and
     ``mean_square`` becomes the variance (in place).  Otherwise (a large mean) the caller
     takes the two passes (:func:`_variance`)."""
-    ok = bool((mu * mu).mul_(5.0).le_(mean_square).all())
+    square = mu * mu
+    ok = bool(torch.le(square * 5.0, mean_square).all())
     if ok:
-        mean_square.sub_(mu * mu)
+        mean_square.sub_(square)
     return ok
 
 
-def _negligible(delta: torch.Tensor, inv_std: torch.Tensor) -> bool:
-    r"""Whether subtracting ``delta`` (the rounding error of the mean) would move no
-    :math:`\hat x = (c - \delta)\,r` by more than an eighth of a rounding of 1: then the
-    pass over the block that subtracts it is skipped."""
-    bound = torch.finfo(delta.dtype).eps / 16
-    return bool((delta * inv_std).abs().max() <= bound)
+def _near_shift(mu0: torch.Tensor, delta: torch.Tensor, r: torch.Tensor):
+    r""":math:`-\mu_0 r` per row, rounded once from float64, when the forward took the one pass
+    (``delta`` 0 in every set, and :math:`|\mu_0|\,r \le 1/2`): then :math:`\hat x = x\,r +
+    (-\mu_0 r)` fused is the forward's :math:`\hat x` bit for bit (in the backward's float64
+    blocks of the generic kernels, the same formula unrounded).  None otherwise."""
+    if bool(delta.any()) or bool((mu0 * r).abs().max() > 0.5):
+        return None
+    return _shift(mu0, r)
+
+
+def _shift(mu: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    r""":math:`-\mu r` per row in float64, rounded once to ``r``'s dtype: the shift of
+    :math:`\hat x = x\,r + (-\mu r)`, the same bits wherever the forward and the backward
+    form it."""
+    return (-mu.double() * r.double()).to(r.dtype)
 
 
 def _shifts(kept: torch.Tensor):
     r"""``(mu0, delta)`` from what the forward kept: ``mu0`` the rounded mean the forward
     centered with, ``delta`` the mean of ``x - mu0`` (its rounding error).  The backward
     recomputes ``x - mu0`` from x, bit for bit the forward's, and takes ``delta`` into its
-    small per-set factors (GN, IN) or subtracts it (LN, when not negligible)."""
+    small per-set factors (GN, IN) or into the shift of its x_hat (LN, :func:`_xhat`)."""
     return kept[0], kept[1]
 
 
@@ -210,27 +252,33 @@ def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torc
     every step writes into a buffer made before the loop, as in :func:`forward`."""
     n, sets = lay.set_size, lay.num_sets
     cdt = inv_std.dtype
+    # without a fused multiply-add (the generic kernels) LN's blocks in float64, rounded once
+    # into dx: in float32 its dx was 1.01x torch's error there (seed 4 of benchmarks/accuracy)
+    bdt = torch.float64 if cdt == torch.float32 and lay.centered and not FUSED_MULTIPLY_ADD \
+        else cdt
     steps = _blocks(sets, n)
-    w = None if weight is None else weight.to(cdt).reshape(n)
-    mu0, delta = _shifts(kept)
-    r2 = inv_std.reshape(sets, 1)
-    sums = torch.empty(2, sets, 1, dtype=cdt, device=g.device)        # per row, per block
+    w = None if weight is None else weight.to(bdt).reshape(n)
+    mu0, delta = (t.to(bdt) for t in _shifts(kept))
+    r2 = inv_std.reshape(sets, 1).to(bdt)
+    # every set's mean small beside its spread (the forward's one pass): x_hat = x r + (-mu0 r)
+    # in one fused pass, as the forward made it; otherwise (x - mu) r in two or three
+    shift = _near_shift(mu0, delta, r2) if lay.centered else None
+    sums = torch.empty(2, sets, 1, dtype=bdt, device=g.device)        # per row, per block
     # RMSNorm: gamma sums in float64 (its dgamma was 1.1x torch's error); LN is well below
-    acc = torch.float64 if cdt == torch.float32 and not lay.centered else cdt
+    acc = torch.float64 if cdt == torch.float32 and not lay.centered else bdt
     parts = torch.zeros(2, len(steps), n, dtype=acc, device=g.device)
-    tmp = torch.empty(2, min(steps[0][1], sets), n, dtype=cdt, device=g.device)
+    tmp = torch.empty(2 + (bdt != cdt), min(steps[0][1], sets), n, dtype=bdt, device=g.device)
     x2, g2 = x.reshape(sets, n), g.reshape(sets, n).to(cdt)
     dx = torch.empty(lay.shape, dtype=cdt, device=g.device) if need_x else None
     for k, (s, e) in enumerate(steps):
-        gb, rb = g2[s:e], r2[s:e]
+        gb, rb = g2[s:e].to(bdt), r2[s:e]
         xhat, prod = tmp[0, :e - s], tmp[1, :e - s]
-        if lay.centered:
-            c = torch.sub(x2[s:e].to(cdt), mu0[s:e], out=xhat)          # x - mu0
-            if not _negligible(delta[s:e], rb):
-                c.sub_(delta[s:e])                                      # x - mu
-            c.mul_(rb)                                                  # x_hat
+        if shift is not None:
+            row_affine(x2[s:e].to(bdt), rb, shift[s:e], out=xhat)       # x r - mu0 r
+        elif lay.centered:                                              # as the forward
+            _xhat(x2[s:e].to(bdt), xhat, mu0[s:e], delta[s:e], rb, centered=False)
         else:
-            torch.mul(x2[s:e].to(cdt), rb, out=xhat)
+            torch.mul(x2[s:e].to(bdt), rb, out=xhat)
         torch.mul(gb, xhat, out=prod)                                   # g x_hat
         if need_w:
             column_sums(prod, parts[0, k])                             # dL/dgamma, these rows
@@ -244,276 +292,24 @@ def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torc
             torch.sum(prod, 1, keepdim=True, out=sdx)
         else:
             torch.mv(prod, w, out=sdx.view(-1))
-        out = dx.view(sets, n)[s:e]
-        if lay.centered:
-            torch.mul(xhat, sdx.mul_(-1.0 / n), out=out)                # - x_hat sum(d x_hat) / n
-        else:   # x_hat = x r: the factor on x itself, one rounding fewer
-            torch.mul(x2[s:e].to(cdt), sdx.mul_(rb).mul_(-1.0 / n), out=out)
+        out = dx.view(sets, n)[s:e] if bdt == cdt else tmp[2, :e - s]
         if lay.centered:
             if w is None:
                 torch.sum(gb, 1, keepdim=True, out=sd)
             else:
                 torch.mv(gb, w, out=sd.view(-1))
-            out.add_(sd.mul_(-1.0 / n))                                 # - sum(d) / n
+            # - x_hat sum(d x_hat) / n - sum(d) / n, one fused pass
+            row_affine(xhat, sdx.mul_(-1.0 / n), sd.mul_(-1.0 / n), out=out)
+        else:   # x_hat = x r: the factor on x itself, one rounding fewer
+            torch.mul(x2[s:e].to(bdt), sdx.mul_(rb).mul_(-1.0 / n), out=out)
         if w is None:
             out.add_(gb)                                                # + d
         else:
             out.addcmul_(gb, w)
         out.mul_(rb)                                                    # times r
+        if bdt != cdt:
+            dx.view(sets, n)[s:e].copy_(out)                           # rounded once
     shape = lay.affine_shape
     return (None if dx is None else dx.to(x_dtype),
             parts[0].sum(0).reshape(shape).to(weight.dtype) if need_w else None,
             parts[1].sum(0).reshape(shape).to(bias_dtype) if need_b else None)
-
-
-# ---------------------------------------------------------------------------------------
-# GroupNorm and InstanceNorm: nothing full-size kept, x - mu recomputed in the backward
-# ---------------------------------------------------------------------------------------
-class _Groups(NamedTuple):
-    """GN's sets on the memory of x, with no copy: ``view`` is ``(N, G, C/G, P)`` for a
-    contiguous input and ``(N, P, G, C/G)`` for a ``channels_last`` one (``P`` positions;
-    IN is GN with one channel per group); sums over ``pos`` give one value per channel,
-    then over ``chan`` one per group."""
-
-    view: tuple
-    pos: int
-    chan: int
-    n: int
-
-    def of(self, t: torch.Tensor, cdt: torch.dtype) -> torch.Tensor:
-        """``t`` (of the input's shape and memory format) as the view, in ``cdt``."""
-        if self.pos == 1:
-            return t.movedim(1, -1).reshape(self.view).to(cdt)
-        return t.reshape(self.view).to(cdt)
-
-    def per_group(self, t: torch.Tensor) -> torch.Tensor:
-        """A value per (sample, group), ``(N * G, 1)``, broadcastable against the view."""
-        N, G = self.view[0], self.view[1 if self.pos == 3 else 2]
-        return t.view((N, G, 1, 1) if self.pos == 3 else (N, 1, G, 1))
-
-    def spread(self, t: torch.Tensor) -> torch.Tensor:
-        """A value per (sample, group) made a value per (sample, channel) (small), for the
-        ``channels_last`` view: broadcast along the innermost C/G channels, an op over the
-        view runs C/G values at a time (10x slower); contiguous, the whole channel axis."""
-        if self.pos == 3:
-            return t
-        return t.expand(-1, -1, -1, self.view[3]).contiguous()
-
-    def per_channel(self, t: torch.Tensor) -> torch.Tensor:
-        """gamma or beta, ``(C,)``, broadcastable against the view."""
-        return t.view((1,) + tuple(1 if k == self.pos else s for k, s in
-                                   enumerate(self.view) if k > 0))
-
-    def group_sum(self, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The sum of ``t`` (the view's shape) over each set, into ``out`` (``(N * G, 1)``)."""
-        if self.pos == 3:               # contiguous: a row of (N G, C/G P) per set
-            return torch.sum(t.reshape(out.shape[0], -1), 1, keepdim=True, out=out)
-        torch.sum(t.sum(1, keepdim=True), 3, keepdim=True, out=self.per_group(out))
-        return out
-
-    def sum_of_squares(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The squared norm of each set of ``c`` into ``out`` (``(N * G, 1)``); ``channels_last``:
-        by blocks of samples (or positions) squared into a temporary (``vector_norm``: 10x)."""
-        if self.pos == 3:
-            return out.copy_(sum_of_squares(c.reshape(out.shape[0], -1)).view(-1, 1))
-        N, P = c.shape[0], c.shape[1]
-        sq = torch.zeros(N, 1, *c.shape[2:], dtype=c.dtype, device=c.device)
-        per_position = c[0, 0].numel()
-        step = max(1, BLOCK_ELEMENTS // per_position)          # positions per block
-        tmp = torch.empty(min(step, N * P), *c.shape[2:], dtype=c.dtype, device=c.device)
-        if step >= P:                                           # whole samples per block
-            k = step // P
-            for s in range(0, N, k):
-                e = min(s + k, N)
-                t = torch.mul(c[s:e], c[s:e], out=tmp[:(e - s) * P].view(e - s, *c.shape[1:]))
-                torch.sum(t, 1, keepdim=True, out=sq[s:e])
-        else:                                                   # a sample by its positions
-            for i in range(N):
-                for s in range(0, P, step):
-                    e = min(s + step, P)
-                    t = torch.mul(c[i, s:e], c[i, s:e], out=tmp[:e - s])
-                    sq[i].add_(t.sum(0, keepdim=True))
-        torch.sum(sq, 3, keepdim=True, out=self.per_group(out))
-        return out
-
-
-def _groups(lay: Layout, x: torch.Tensor) -> _Groups:
-    """The :class:`_Groups` of ``lay`` on ``x``'s memory (contiguous or ``channels_last``).
-    BatchNorm on ``channels_last`` memory is GN's view with one sample of ``N P``
-    positions and one channel per group: ``(1, N P, C, 1)``."""
-    if lay.norm == "batch":
-        return _Groups((1, lay.set_size, lay.shape[1], 1), 1, 3, lay.set_size)
-    N, G = lay.view_shape[0], lay.view_shape[1]
-    P = lay.set_size * G // lay.shape[1] if lay.norm == "group" else lay.set_size
-    Cg = lay.shape[1] // G
-    if x.is_contiguous():
-        return _Groups((N, G, Cg, P), 3, 2, lay.set_size)
-    return _Groups((N, P, G, Cg), 1, 3, lay.set_size)
-
-
-def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    r"""GN, IN (and BN on ``channels_last`` memory), ``(y, mean, var, inv_std, kept)``.  A
-    contiguous float32 input: :func:`_precise_groups`.  Otherwise the sum and the sum of
-    squares of each set, and when :func:`_one_pass` holds :math:`y = x\,(\gamma r) + (\beta -
-    \mu\,\gamma r)` (the mean folded into the small shift); else ``x - mu0`` into the output,
-    its mean ``delta`` (:func:`_variance`) and :math:`(x-\mu_0)(\gamma r) + (\beta -
-    \delta\,\gamma r)` in place.  The backward gets x, ``(mu0, delta)`` and r, not a full-size
-    x - mu: the output is the only full-size tensor made (each costs its page faults).  A
-    ``channels_last`` input runs on the ``(N, P, G, C/G)`` view of its memory, and so is y."""
-    cdt = compute_dtype(x.dtype)
-    grp = _groups(lay, x)
-    n = grp.n
-    stats = torch.zeros(5, lay.num_sets, 1, dtype=cdt, device=x.device)
-    mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
-    xv = grp.of(x, cdt)
-    y = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
-    yv = grp.of(y, cdt)
-    if cdt == torch.float32 and grp.pos == 3:          # contiguous: the two forms, float64
-        _precise_groups(xv, yv, grp, stats, eps, weight, bias)
-    else:
-        grp.group_sum(xv, mu0).div_(n)                                               # mu0
-        grp.sum_of_squares(xv, var).div_(n)                                          # mean square
-        one_pass = _one_pass(mu0, var)                                               # sigma^2
-        if not one_pass:
-            torch.sub(xv, grp.spread(grp.per_group(mu0)), out=yv)                   # x - mu0
-            grp.group_sum(yv, delta).div_(n)                                         # delta
-            _variance(grp.sum_of_squares(yv, var), delta, n)                      # sigma^2
-        inv.copy_(inverse_std(var, eps))                                             # r
-        scale = grp.per_group(inv)
-        if weight is not None:
-            scale = scale * grp.per_channel(weight.to(cdt))                          # gamma r
-        # the shift: beta - mu gamma r (one pass), or beta - delta gamma r after x - mu0
-        shift = grp.per_group(mu0 if one_pass else delta) * scale
-        shift = -shift if bias is None else grp.per_channel(bias.to(cdt)) - shift
-        if one_pass and grp.pos == 1:   # channels_last: scale, shift vary along the inner C
-            torch.addcmul(grp.spread(shift), xv, grp.spread(scale), out=yv)         # y
-        elif one_pass:
-            torch.mul(xv, grp.spread(scale), out=yv).add_(grp.spread(shift))        # y
-        else:
-            yv.mul_(grp.spread(scale)).add_(grp.spread(shift))                       # y
-    shape = lay.stat_shape
-    mean = torch.add(mu0, delta, out=stats[4]).reshape(shape)                   # mu0 + delta
-    return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
-
-
-def _precise_groups(xv, yv, grp: _Groups, stats, eps: float, weight, bias) -> None:
-    r"""Contiguous float32 GN, IN into ``yv``, ``stats``: sums by chunks in float64 (the squares by
-    chunks of 64: by 256, IN's y was 1.08x torch's error, and GN's, in sets of 8192 under the
-    generic kernels, 1.28x); :math:`\overline{x^2} - \mu^2` when
-    :func:`_one_pass` holds, else ``x - mu0`` rounded once, its mean ``delta`` folded into the
-    variance (squares summed exactly in short sets) and shift; y as :func:`core.affine_terms`."""
-    mu0, delta, var, inv = stats[0], stats[1], stats[2], stats[3]
-    n, rows = grp.n, xv.reshape(mu0.shape[0], -1)
-    mu64 = row_sums(rows) / n
-    var64 = sum_of_squares(rows, precise=True, double=True).view(-1, 1) / n
-    near = _one_pass(mu64, var64)                                # sigma^2 in place when near
-    mu0.copy_(mu64)
-    if near:
-        delta.copy_(mu64 - mu0.double())
-    else:
-        c = torch.sub(xv, grp.per_group(mu0), out=yv)                            # x - mu0
-        grp.group_sum(c, delta).div_(n)                                          # delta
-        var64 = sum_of_squares(c.reshape(rows.shape), precise=True, exact=n <= 1024)
-        var64 = var64.view(-1, 1) / n - delta.double().square()                 # sigma^2
-    var.copy_(var64)
-    inv.copy_(r64 := inverse_std(var64, eps))                                    # r
-    shape = (1, grp.view[1], grp.view[2], 1)                                     # (1, G, C/G, 1)
-    if not near:
-        st = [grp.per_group(t) for t in (mu0, delta, var64)]
-        apply_affine_terms(xv, yv, affine_terms(*st, eps, shape, weight, bias, uncorrected=True),
-                           out=yv)                                               # y
-        return
-    # every set near 0: affine_terms' first form x s + (beta - mu s), fewer small steps
-    s = grp.per_group(r64) * (1.0 if weight is None else weight.double().view(shape))
-    t = grp.per_group(mu64) * (s := s.to(xv.dtype)).double()
-    t = (-t if bias is None else bias.double().view(shape) - t).to(xv.dtype)
-    yv.copy_(t.expand_as(yv)).addcmul_(xv, s)                                    # y
-
-
-def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
-                    inv_std: torch.Tensor, weight, lay: Layout, need_x: bool, need_w: bool,
-                    need_b: bool, x_dtype: torch.dtype, bias_dtype: torch.dtype | None):
-    r"""GN, IN: the boxed formula with gamma constant over the positions (:mod:`normcore.grad`),
-    ``c = x - mu0`` recomputed into the gradient's buffer, once for :math:`\sum g\,c` per
-    channel, once for the gradient; ``delta`` (:func:`_shifts`) goes into the small factors,
-    :math:`\sum g\,(x-\mu) = \sum g\,c - \delta \sum g`, :math:`(x-\mu)\,s + t = c\,s + (t -
-    \delta s)`.  When every :math:`|\mu|\,r \le 1/2` ``c`` is not formed (:math:`x\,s + (t -
-    \mu s)`, the terms in :math:`\mu` at most half the others).  ``g``, ``x`` and the input's
-    gradient in one memory format.  The gradients in the dtypes of x, gamma and beta."""
-    cdt = inv_std.dtype
-    grp = _groups(lay, x)
-    n, chan = grp.n, grp.chan
-    acc = torch.float64 if cdt == torch.float32 else cdt    # the small factors, rounded once
-    mu0, delta = (grp.per_group(t) for t in _shifts(kept))
-    r, mu0_c = grp.per_group(inv_std), grp.spread(mu0)
-    fold = bool((mu0 * r).abs().max() <= 0.5)            # the mean small beside the spread
-    w = None if weight is None else grp.per_channel(weight.to(acc))
-    r64, mu64, d64 = r.to(acc), mu0.to(acc), delta.to(acc)
-    xv, gv = grp.of(x, cdt), grp.of(g, cdt)
-    sum_g = _position_sums(gv, grp, acc)                                         # sum_P g
-    sum_gxhat = dx = None
-    if need_x or need_w:
-        dx = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
-        out = grp.of(dx, cdt)
-        if fold:
-            torch.mul(xv, gv, out=out)                                           # g x
-            shift_g = (mu64 + d64) * sum_g
-        else:
-            torch.sub(xv, mu0_c, out=out).mul_(gv)                               # g (x - mu0)
-            shift_g = d64 * sum_g
-        sum_gxhat = _position_sums(out, grp, acc).sub_(shift_g).mul_(r64)      # sum_P g x_hat
-    if need_x:
-        # per group, with d = gamma g: sum_S d and sum_S d x_hat, then
-        # dL/dx = g (gamma r) + (x - mu) (-r^2 sum_S(d x_hat) / n) - r sum_S(d) / n
-        d, dxh = (sum_g, sum_gxhat) if w is None else (sum_g * w, sum_gxhat * w)
-        slope = dxh.sum(chan, keepdim=True).mul_(r64 * r64 * (-1.0 / n))
-        shift = d.sum(chan, keepdim=True).mul_(r64 * (-1.0 / n)).sub_(d64 * slope)
-        if fold:                                             # x s + (t - mu0 s)
-            torch.mul(xv, grp.spread(slope.to(cdt)), out=out).add_(
-                grp.spread((shift - mu64 * slope).to(cdt)))
-        else:                                                # (x - mu0) s + t
-            torch.sub(xv, mu0_c, out=out).mul_(grp.spread(slope.to(cdt))).add_(
-                grp.spread(shift.to(cdt)))
-        out.addcmul_(gv, grp.spread(r) if w is None else (r64 * w).to(cdt))
-    shape = lay.affine_shape
-    return (dx.to(x_dtype) if need_x else None,
-            sum_gxhat.sum(0).reshape(shape).to(weight.dtype) if need_w else None,
-            sum_g.sum(0).reshape(shape).to(bias_dtype) if need_b else None)
-
-
-def _position_sums(t: torch.Tensor, grp: _Groups, acc: torch.dtype) -> torch.Tensor:
-    """The sums of the view ``t`` over its positions, keepdim, in ``acc``: a contiguous float32
-    view by rows of float32 chunks then float64 (:func:`normcore.core.row_sums`); a
-    ``channels_last`` one in its own dtype first (a float64 sum down its positions: 8x).
-    With these sums and the per-set factors in float64 (:func:`backward_groups`),
-    InstanceNorm's dgamma went from 1.09x torch's error to 0.69x (generic kernels, seed 2);
-    either alone gave 0.71."""
-    if grp.pos == 3 and t.dtype == torch.float32:
-        return row_sums(t.reshape(-1, t.shape[-1])).view(t.shape[:-1] + (1,)).to(acc)
-    return t.sum(grp.pos, keepdim=True).to(acc)
-
-
-# ---------------------------------------------------------------------------------------
-# normcore.grad.Normalize's forward and backward when :func:`applies`
-# ---------------------------------------------------------------------------------------
-def forward_function(x, weight, bias, lay: Layout, eps: float):
-    """:func:`forward` (or :func:`forward_groups`) inside ``Normalize.forward``: ``(y, mean,
-    var, kept, inv_std)``, ``y`` in the input's dtype and torch's memory format; ``kept``
-    (:func:`_shifts`) is small, where the plain path keeps x - mu or x_hat."""
-    run = forward_groups if lay.norm in GROUP_NORMS else forward
-    y, mean, var, inv_std, kept = run(x, lay, eps, weight, bias)
-    return y.to(x.dtype, memory_format=output_format(lay, x)), mean, var, kept, inv_std
-
-
-def backward_function(ctx, grad_y, kept, inv_std, weight, x):
-    """:func:`backward` inside ``Normalize.backward``: its five gradients."""
-    need_x, need_w, need_b = ctx.needs_input_grad[:3]
-    has_b = ctx.bias_dtype is not None
-    run = backward_groups if ctx.lay.norm in GROUP_NORMS else backward
-    fmt = _memory_format(x)                        # g as x, for the views of _Groups
-    grad_x, grad_w, grad_b = run(grad_y.contiguous(memory_format=fmt), x, kept, inv_std, weight,
-                                 ctx.lay, need_x, need_w and weight is not None,
-                                 need_b and has_b, ctx.x_dtype, ctx.bias_dtype)
-    if grad_x is not None:                         # torch's memory format
-        grad_x = grad_x.contiguous(memory_format=output_format(ctx.lay, x))
-    return grad_x, grad_w, grad_b, None, None

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as TF
 
 import normcore.functional as F
-from normcore import axes, core, grad
+from normcore import axes, core, grad, passes
 
 CASES = [  # (norm, shape, num_groups, normalized_ndim)
     ("batch", (5, 3), None, None), ("batch", (4, 3, 6), None, None),
@@ -117,16 +117,16 @@ U32 = 2.0 ** -24      # one float32 rounding, relative
 def test_sum_of_squares_precise_and_exact_are_float64(n):
     rows = torch.randn(64, n, generator=torch.Generator().manual_seed(n)) * 3 + 1
     ref = rows.double().square().sum(-1)
-    plain = core.sum_of_squares(rows)
-    precise = core.sum_of_squares(rows, precise=True)
-    exact = core.sum_of_squares(rows, exact=True)
+    plain = passes.sum_of_squares(rows)
+    precise = passes.sum_of_squares(rows, precise=True)
+    exact = passes.sum_of_squares(rows, exact=True)
     assert plain.dtype == torch.float32 and precise.dtype == exact.dtype == torch.float64
     assert ((exact - ref).abs() / ref).max() < 1e-14
     # chunks of 64 in float64: a fraction of the rounding the float32 result carries
     assert ((precise - ref).abs() / ref).max() < 2 * U32
     assert ((plain.double() - ref).abs() / ref).max() < 4 * U32
     # float64 rows: the flags change nothing but the accumulation's own precision
-    assert core.sum_of_squares(rows.double(), precise=True).dtype == torch.float64
+    assert passes.sum_of_squares(rows.double(), precise=True).dtype == torch.float64
 
 
 def _split_case(mu):
@@ -174,31 +174,31 @@ def test_apply_affine_terms_is_the_formula(into_centered):
 
 @pytest.mark.parametrize("n", [1024, 192, 100])
 def test_row_sums_are_float64_sums_to_a_fraction_of_a_rounding(n):
-    """core.row_sums: by chunks of 256 (1024), of 64 (192), or the whole row in float64 (100)."""
+    """passes.row_sums: by chunks of 256 (1024), of 64 (192), or the whole row in float64 (100)."""
     x = torch.randn(64, n, generator=torch.Generator().manual_seed(n)) + 0.5
-    got = core.row_sums(x)
+    got = passes.row_sums(x)
     assert got.dtype == torch.float64 and got.shape == (64, 1)
     ref = x.double().sum(1, keepdim=True)
     scale = x.double().abs().sum(1, keepdim=True)
     assert ((got - ref).abs() / scale).max() <= torch.finfo(torch.float32).eps / 2
-    assert torch.equal(core.row_sums(x, exact=True), ref)
+    assert torch.equal(passes.row_sums(x, exact=True), ref)
 
 
 def test_column_sums_by_32_rows_then_in_float64():
     x = torch.randn(1024, 512, generator=torch.Generator().manual_seed(3))
     out = torch.empty(512, dtype=torch.float64)
-    core.column_sums(x, out)
+    passes.column_sums(x, out)
     ref = x.double().sum(0)
     assert ((out - ref).abs() / x.double().abs().sum(0)).max() <= torch.finfo(torch.float32).eps / 8
 
 
 def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
     x = torch.randn(8, 2048, generator=torch.Generator().manual_seed(5))
-    got = core.sum_of_squares(x, double=True)
-    assert got.dtype == torch.float64 and core.sum_of_squares(x).dtype == torch.float32
+    got = passes.sum_of_squares(x, double=True)
+    assert got.dtype == torch.float64 and passes.sum_of_squares(x).dtype == torch.float32
     ref = x.double().square().sum(1)
     assert ((got - ref).abs() / ref).max() <= torch.finfo(torch.float32).eps
-    assert torch.equal(core.sum_of_squares(x).double(), got.float().double())
+    assert torch.equal(passes.sum_of_squares(x).double(), got.float().double())
 
 
 @pytest.mark.parametrize("shape, dims", [((8, 16, 32, 32), (0, 2, 3)), ((8, 16, 32, 32), (2, 3)),
@@ -206,12 +206,30 @@ def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
 def test_sum_keep_double_gives_the_float64_sums_that_round_to_the_float32_ones(shape, dims):
     # BN and IN's float32 backward keep the sums in float64 (normcore.grad._float32_backward)
     t = torch.randn(shape, generator=torch.Generator().manual_seed(3))
-    single, double = core.sum_keep(t, dims), core.sum_keep(t, dims, double=True)
+    single, double = passes.sum_keep(t, dims), passes.sum_keep(t, dims, double=True)
     assert single.dtype == torch.float32 and double.dtype == torch.float64
     assert double.shape == single.shape
     assert torch.equal(double.float(), single)
     exact = t.double().sum(dims, keepdim=True) if dims else t.double()
     assert (double - exact).abs().max() <= 1e-5 * exact.abs().max()
     out = torch.empty_like(t)
-    prods = core.sum_of_products(t, t, dims, out=out, double=True)
-    assert prods.dtype == torch.float64 and torch.equal(prods.float(), core.sum_keep(t * t, dims))
+    prods = passes.sum_of_products(t, t, dims, out=out, double=True)
+    assert prods.dtype == torch.float64 and torch.equal(prods.float(), passes.sum_keep(t * t, dims))
+
+
+@pytest.mark.parametrize("shape, s_shape", [((64, 1024), (64, 1)), ((4, 8, 2, 192), (4, 8, 2, 1)),
+                                            ((4, 8, 2, 192), (1, 8, 2, 1)),
+                                            ((4, 8, 100), (4, 8, 1)), ((0, 8, 128), (1, 8, 1))])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_row_affine_is_one_fused_multiply_add_bit_for_bit(shape, s_shape, in_place):
+    """passes.row_affine: x s + t with one s, t per row, in one addcmul (blocks of 64 columns),
+    or, for a last dim not cut so (100), copy and addcmul_: the same bits either way."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=g) * 3 + 1
+    s, t = torch.rand(s_shape, generator=g) + 0.5, torch.randn(s_shape, generator=g)
+    ref = torch.empty(shape).copy_(t.expand(shape)).addcmul_(x, s)       # one rounding (FMA)
+    out = x.clone() if in_place else torch.empty(shape)
+    got = passes.row_affine(out if in_place else x, s, t, out=out)
+    assert got is out and torch.equal(got, ref)
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT" and x.numel():
+        assert not torch.equal(got, x * s + t), "not one rounding: the product rounded apart"

@@ -309,3 +309,17 @@ def test_positional_apply_binds_defaults_when_arguments_are_left_out():
     Scale.apply(x).sum().backward()
     assert_close(x.grad, torch.full((3,), 2.0))
     assert_close(Scale.apply(x, 3.0), torch.full((3,), 3.0))
+
+
+def test_dgamma_is_the_exact_sum_rounded_once():
+    """Contiguous float32, four samples or more: sum g (x - mu) from exact float64 products
+    (frozen._exact_dots), times r, rounded once: the float64 reference's float32 rounding,
+    where float32 products and partial sums were off by up to two roundings."""
+    x, rm, rv, w, b = _inputs((16, 24, 16, 16), seed=3)
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    ws = w.clone().requires_grad_(True)
+    F.batch_norm(x, rm, rv, ws, b, False).backward(g)
+    r = torch.rsqrt(rv.double() + 1e-5)
+    exact = ((x.double() - rm.double().view(1, -1, 1, 1)) * g.double()).sum((0, 2, 3)) * r
+    ulp = torch.finfo(torch.float32).eps * exact.abs()
+    assert ((ws.grad.double() - exact).abs() <= 0.5 * ulp).all()

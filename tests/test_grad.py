@@ -476,8 +476,8 @@ def test_n_instead_of_n_minus_one_is_caught(monkeypatch):
     # using n instead (the "biased" slip) must be noticed
     right = G.ws_grad_input
 
-    def slip(d, w_hat, inv_std, sum_d, sum_dwhat, n, m):
-        return right(d, w_hat, inv_std, sum_d, sum_dwhat, n, m * n / (n - 1))
+    def slip(d, w_hat, inv_std, sum_d, sum_dwhat, n, m, *out):
+        return right(d, w_hat, inv_std, sum_d, sum_dwhat, n, m * n / (n - 1), *out)
 
     monkeypatch.setattr(G, "ws_grad_input", slip)
     w = make_input((4, 3, 2, 2), torch.float64, 17)

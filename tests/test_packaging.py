@@ -35,7 +35,8 @@ MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__
 LIBRARY = {"normcore", "normcore._checks", "normcore._functional_docs", "normcore.axes",
            "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold",
            "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.nn",
-           "normcore.frozen", "normcore.rows", "normcore.stats", "normcore.sync"}
+           "normcore.frozen", "normcore.groups", "normcore.passes", "normcore.rows",
+           "normcore.stats", "normcore.sync"}
 
 
 def in_library(module: str) -> bool:

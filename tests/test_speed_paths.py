@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as TF
 
 import normcore.functional as F
-from normcore import axes, core, grad, rows
+from normcore import axes, core, grad, groups, rows
 
 
 @pytest.fixture
@@ -74,11 +74,15 @@ def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeyp
     if large_mean:
         x[2, 3] += 50.0
     lay = axes.layout("layer", x.shape, normalized_ndim=1)
-    seen = []
-    one_pass = rows._one_pass
+    seen, shifts = [], []
+    one_pass, near_shift = rows._one_pass, rows._near_shift
     monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
+    monkeypatch.setattr(rows, "_near_shift",
+                        lambda *a: shifts.append(near_shift(*a)) or shifts[-1])
     _fast_path_equals_the_reference(lay, x.requires_grad_(True), "both", gen)
     assert seen == [not large_mean]
+    # the backward recomputes x_hat = x r + (-mu0 r) in one pass after the one-pass forward
+    assert shifts and all((s is None) == large_mean for s in shifts)
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
@@ -160,7 +164,7 @@ def test_row_blocks_at_their_real_size_match_torch():
 
 
 # ---------------------------------------------------------------------------------------
-# GroupNorm and InstanceNorm: x - mu recomputed in the backward (rows.forward_groups)
+# GroupNorm and InstanceNorm: x - mu recomputed in the backward (groups.forward_groups)
 # ---------------------------------------------------------------------------------------
 GROUP_CASES = [("group", (3, 6, 5), 3), ("group", (2, 6, 3, 4), 2), ("group", (2, 4, 3, 2, 3), 4),
                ("group", (3, 4, 7), 1), ("instance", (3, 4, 7), None), ("instance", (2, 3, 4, 5), None)]
@@ -265,13 +269,13 @@ def test_the_memory_format_check_can_fail():
 @pytest.mark.parametrize("affine", [True, False])
 def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
     """Without gradients, GN on a channels_last input runs on the (N, P, G, C/G) view of its
-    memory (core.group_norm_channels_last): the formula's output and statistics."""
+    memory (groups.group_norm_channels_last): the formula's output and statistics."""
     gen = torch.Generator().manual_seed(G)
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).to(memory_format=fmt)
     w = torch.rand(shape[1], generator=gen, dtype=torch.float64) + 0.5 if affine else None
     b = torch.randn(shape[1], generator=gen, dtype=torch.float64) if affine else None
     lay = axes.layout("group", shape, G)
-    got = core.group_norm_channels_last(x, lay, 1e-5, w, b)
+    got = groups.group_norm_channels_last(x, lay, 1e-5, w, b)
     ref = core.normalize_formula(x.contiguous(), lay, 1e-5, w, b)
     torch.testing.assert_close(got.output, ref.output)
     torch.testing.assert_close(got.mean, ref.mean)
@@ -294,7 +298,7 @@ def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine
     lay = axes.layout(norm, shape, G)
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).to(memory_format=fmt)
     x.requires_grad_(True)
-    assert rows.applies(lay, x) and rows._groups(lay, x).pos == 1
+    assert rows.applies(lay, x) and groups._groups(lay, x).pos == 1
     _fast_path_equals_the_reference(lay, x, affine, gen)
     y = grad.Normalize.apply(x, None, None, lay, 1e-5)[0]
     gx = torch.autograd.grad(y, x, torch.randn(shape, dtype=torch.float64).to(memory_format=fmt))[0]
@@ -351,10 +355,49 @@ def test_group_path_with_small_means_folds_the_mean(small_blocks, monkeypatch, n
     assert seen and all(seen)
 
 
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("norm, G", [("group", 2), ("instance", None)])
+def test_group_backward_takes_x_itself_in_the_sets_near_zero(small_blocks, fmt, norm, G):
+    """Sets near 0 beside sets far from it (means 0 or 40 sigma): the backward
+    subtracts 0 in the first (x itself) and mu0 in the others, and puts the rest of each
+    mean into the small factors; against float64, every gradient within 4 roundings, and
+    x - m is formed exactly where m = 0."""
+    gen = torch.Generator().manual_seed(12)
+    shape = (2, 4, 8, 8)
+    loc = {"group": torch.tensor([0.0, 0.05, 40.0, 40.0]),        # GN: a group of each
+           "instance": torch.tensor([0.0, 40.0, 0.05, -40.0])}[norm].reshape(1, 4, 1, 1)
+    x = (torch.randn(shape, generator=gen) + loc).to(memory_format=fmt)
+    lay = axes.layout(norm, shape, G)
+    assert rows.applies(lay, x)
+    dy = torch.randn(shape, generator=gen, dtype=torch.float64)
+    w, b = torch.rand(4, generator=gen) + 0.5, torch.randn(4, generator=gen)
+    subtracted = []
+    sub = torch.sub
+    def spy(a, m, **kw):
+        subtracted.append(m.detach().clone())
+        return sub(a, m, **kw)
+    out = {}
+    for dt in (torch.float32, torch.float64):
+        xs, ws, bs = (t.to(dt).requires_grad_(True) for t in (x, w, b))
+        y = grad.Normalize.apply(xs, ws, bs, lay, 1e-5)[0]
+        if dt == torch.float32:
+            groups.torch.sub = spy
+        try:
+            out[dt] = torch.autograd.grad(y, (xs, ws, bs), dy.to(dt))
+        finally:
+            groups.torch.sub = sub
+    u = torch.finfo(torch.float32).eps / 2
+    for name, a, e in zip(("dx", "dgamma", "dbeta"), out[torch.float32], out[torch.float64]):
+        err = (a.double() - e).abs().max() / e.abs().max()
+        assert err <= 4 * u, (name, err.item() / u)
+    m = subtracted[0]        # the per-set shift: 0 in the sets near 0, the mean in the others
+    assert m.numel() > 1 and (m == 0).any() and (m.abs() > 30).any()
+
+
 @pytest.mark.parametrize("norm, shape, G", [("group", (2, 4, 32, 32), 2), ("instance", (2, 3, 8, 8), None)])
 @pytest.mark.parametrize("means", ["small", "mixed", "large"])
 def test_contiguous_float32_groups_round_each_output_about_once(small_blocks, norm, shape, G, means):
-    """rows._precise_groups (contiguous float32 GN and IN, sets of 2048 by chunks, of 64
+    """groups._precise_groups (contiguous float32 GN and IN, sets of 2048 by chunks, of 64
     exactly): means within half the spread (one pass), from 0 to 4 sigma per channel (both
     forms of core.affine_terms in one tensor), and 300 sigma (x - mu0 rounded once): the
     output within 3 roundings of the largest, the mean and variance within 2 of theirs."""
@@ -372,3 +415,55 @@ def test_contiguous_float32_groups_round_each_output_about_once(small_blocks, no
     for name, a, e, k in zip(("y", "mean", "var"), got, (ref.output, ref.mean, ref.var), (3, 2, 2)):
         err = (a.double() - e).abs().max() / e.abs().max()
         assert err <= k * u, (name, err.item() / u)
+
+
+@pytest.mark.parametrize("norm", ["layer", "instance", "group"])
+def test_the_float64_input_gradient_of_the_generic_kernels(small_blocks, monkeypatch, norm):
+    """Without a fused multiply-add (the generic kernels) the float32 input gradient of LN's
+    blocks and of GN and IN is computed in float64 and rounded once; here that branch runs on
+    any CPU, against torch's gradient in float64."""
+    monkeypatch.setattr(rows, "FUSED_MULTIPLY_ADD", False)
+    monkeypatch.setattr(groups, "FUSED_MULTIPLY_ADD", False)
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 6, 64, generator=gen) * 2 + 0.5
+    x[1, 2] += 30.0                                      # a set with a large mean
+    w = torch.rand(6 if norm != "layer" else 64, generator=gen) + 0.5
+    ours = {"layer": lambda x, w: F.layer_norm(x, (64,), w),
+            "instance": lambda x, w: F.instance_norm(x, weight=w),
+            "group": lambda x, w: F.group_norm(x, 3, w)}[norm]
+    theirs = {"layer": lambda x, w: TF.layer_norm(x, (64,), w),
+              "instance": lambda x, w: TF.instance_norm(x, weight=w),
+              "group": lambda x, w: TF.group_norm(x, 3, w)}[norm]
+    gy = torch.randn(x.shape, generator=gen)
+    xs = x.clone().requires_grad_(True)
+    seen = []
+    mul = torch.Tensor.addcmul_
+    monkeypatch.setattr(torch.Tensor, "addcmul_",
+                        lambda self, *a, **k: seen.append(self.dtype) or mul(self, *a, **k))
+    got = torch.autograd.grad(ours(xs, w), xs, gy)[0]
+    monkeypatch.undo()
+    assert torch.float64 in seen, "the float64 branch did not run"
+    xd = x.double().requires_grad_(True)
+    ref = torch.autograd.grad(theirs(xd, w.double()), xd, gy.double())[0]
+    torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize("norm", ["layer", "group"])
+def test_without_a_gradient_to_record_the_fast_path_runs_without_the_function(small_blocks,
+                                                                              monkeypatch, norm):
+    """Under no_grad (or with no input requiring grad) the fast path is called directly: the
+    autograd Function would only add its own overhead (about 25 us a call)."""
+    import normcore.functional as functional
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 6, 64, generator=gen)
+    w = torch.rand(64 if norm == "layer" else 6, generator=gen) + 0.5
+    op = (lambda x: F.layer_norm(x, (64,), w)) if norm == "layer" else (
+        lambda x: F.group_norm(x, 3, w))
+    want = op(x.clone().requires_grad_(True)).detach()          # through the Function
+
+    def refuse(*args):
+        raise AssertionError("Normalize.apply ran with no gradient to record")
+    monkeypatch.setattr(functional.Normalize, "apply", refuse)
+    with torch.no_grad():
+        assert torch.equal(op(x), want)
+    assert torch.equal(op(x), want)
