@@ -106,8 +106,8 @@ def _trailing(dims: tuple[int, ...], nd: int) -> tuple[int, ...]:
     return tuple(sd[j:])
 
 
-def sum_of_squares(rows: torch.Tensor, precise: bool = False,
-                   exact: bool = False, double: bool = False) -> torch.Tensor:
+def sum_of_squares(rows: torch.Tensor, precise: bool = False, exact: bool = False,
+                   double: bool = False, chunk: int | None = None) -> torch.Tensor:
     """The sum of squares of each row of a contiguous ``(R, n)``: ``vector_norm(...) ** 2``
     over chunks of at most 256 values, whose squares are then summed (for float32 in float64:
     squaring the rounded norms and summing them in float32 was 2-3 roundings of the sum).
@@ -120,16 +120,19 @@ def sum_of_squares(rows: torch.Tensor, precise: bool = False,
     (about the time of chunks of 256; measured at (2048, 1024) and (256, 8192): 1.2 and 0.3
     roundings of the sum, where chunks of 256 were 2.3 and 0.8); ``exact`` sums each row in
     float64 (exact to a rounding of the sum, about 4x the time) and returns float64;
-    ``double`` returns the sums of chunks of 256 in float64 (not rounded to float32).  The
-    variance is then good enough that r, and every output of its set, carries about one
-    rounding."""
+    ``double`` returns the sums of chunks of 256 in float64 (not rounded to float32);
+    ``chunk`` sets the chunk size (GN's and IN's precise sums take 128: 0.1 ms less than 64
+    at (32, 64, 32, 32); GN's y 0.61-0.87x torch's error on seeds 0-4 of
+    benchmarks/accuracy.py, 0.66-0.88x under the generic kernels, where chunks of 256 were
+    1.28x).  The variance is then good enough that r, and every output of its set, carries
+    about one rounding."""
     n = rows.shape[-1]
     single = rows.dtype == torch.float32
     if exact and single:
         return torch.linalg.vector_norm(rows, dim=-1, dtype=torch.float64).square()
     precise = precise and single
     back = torch.float64 if (precise or double) and single else rows.dtype
-    size = 64 if precise else 256
+    size = chunk or (64 if precise else 256)
     if n <= size:
         norms = torch.linalg.vector_norm(rows, dim=-1)
         return norms.double().square().to(back) if single else norms.square()
