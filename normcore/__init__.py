@@ -5,7 +5,9 @@ The layers, each importing only from those above it:
 * :mod:`~normcore.axes`: which elements share statistics (THE table), and
   :mod:`~normcore.stats`: variances, Chan's merge, running averages;
 * :mod:`~normcore._checks`: argument validation, one message per mistake;
-* :mod:`~normcore.core`: the numeric core (the formula, compute dtype, sums of products);
+* :mod:`~normcore.passes`: the full-size passes (the sums, by chunks and in float64 where
+  that buys accuracy; ``x s + t`` per row), and :mod:`~normcore.core`: the numeric core (the
+  formula in named steps, compute dtype);
 * :mod:`~normcore.grad`: hand-derived backward passes (autograd Functions), and
   :mod:`~normcore.grad_dyt`: Dynamic Tanh's formula and backward;
 * :mod:`~normcore.functional`: the public ops, with ``torch.nn.functional``'s signatures;

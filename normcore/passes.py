@@ -136,14 +136,13 @@ def sum_of_squares(rows: torch.Tensor, precise: bool = False, exact: bool = Fals
     if n <= size:
         norms = torch.linalg.vector_norm(rows, dim=-1)
         return norms.double().square().to(back) if single else norms.square()
-    chunk = next((c for c in (size, 128, 64) if n % c == 0 and c <= size), None)
-    if chunk is None:
+    cut = next((c for c in (size, 128, 64) if n % c == 0 and c <= size), None)
+    if cut is None:
         return torch.linalg.vecdot(rows, rows, dim=-1).to(back)
-    parts = torch.linalg.vector_norm(rows.reshape(rows.shape[0], n // chunk, chunk), dim=-1)
+    parts = torch.linalg.vector_norm(rows.reshape(rows.shape[0], n // cut, cut), dim=-1)
     if single:
         return parts.double().square().sum(-1).to(back)
     return parts.square().sum(-1)
-
 
 
 def row_sums(rows: torch.Tensor, exact: bool = False) -> torch.Tensor:

@@ -201,6 +201,19 @@ def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
     assert torch.equal(passes.sum_of_squares(x).double(), got.float().double())
 
 
+
+def test_sum_of_squares_takes_the_chunk_size_asked_for():
+    # GroupNorm and InstanceNorm ask for chunks of 128 (groups._precise_groups)
+    x = torch.randn(8, 2048, generator=torch.Generator().manual_seed(6)) * 3 + 1
+    for size in (64, 128, 256):
+        norms = torch.linalg.vector_norm(x.view(8, -1, size), dim=-1)
+        want = norms.double().square().sum(-1)
+        assert torch.equal(passes.sum_of_squares(x, precise=True, chunk=size), want)
+    assert torch.equal(passes.sum_of_squares(x, precise=True),
+                       passes.sum_of_squares(x, precise=True, chunk=64))
+    assert not torch.equal(passes.sum_of_squares(x, precise=True, chunk=128),
+                           passes.sum_of_squares(x, precise=True, chunk=64))
+
 @pytest.mark.parametrize("shape, dims", [((8, 16, 32, 32), (0, 2, 3)), ((8, 16, 32, 32), (2, 3)),
                                          ((4, 6, 5), (0, 2)), ((4, 6, 5), ())])
 def test_sum_keep_double_gives_the_float64_sums_that_round_to_the_float32_ones(shape, dims):
