@@ -217,9 +217,10 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
     if need_x or need_w:
         dx = torch.empty_like(x, dtype=cdt, memory_format=torch.preserve_format)
         out = grp.of(dx, cdt)
-        # contiguous (one block): sum_P g first, then the product; channels_last by blocks,
-        # whose two sums read g (x - m) and g from cache (BN's backward 0.5 ms faster at
-        # (32, 64, 32, 32); GN's contiguous one was 0.4 ms slower in that order)
+        # contiguous (one block): sum_P g first, then sum_P g x by dot products where c is x
+        # (_row_dots), else the product; channels_last by blocks, whose two sums read
+        # g (x - m) and g from cache (BN's backward 0.5 ms faster at (32, 64, 32, 32); GN's
+        # contiguous one was 0.4 ms slower in that order)
         by_blocks = len(blocks) > 1
         sums = [1 if k == grp.pos else size for k, size in enumerate(gv.shape)]
         sum_g = torch.zeros(sums, dtype=acc, device=g.device) if by_blocks else \
@@ -227,6 +228,10 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
         sum_gc = torch.zeros(sums, dtype=acc, device=g.device)
         for idx, k in blocks:
             xb, gb, ob = xv[idx], gv[idx], out[idx]
+            dots = _row_dots(xb, gb) if fold and grp.pos == 3 else None
+            if dots is not None:                           # contiguous, c = x: sum_P g x
+                sum_gc.copy_(dots)
+                continue
             c = xb if fold else torch.sub(xb, _take(m_c, k), out=ob)             # x - m
             torch.mul(c, gb, out=ob)                                               # g (x - m)
             if by_blocks:
@@ -280,6 +285,33 @@ def _sample_blocks(v: torch.Tensor, grp: _Groups):
         return [((slice(i, i + 1), slice(s, e)), slice(i, i + 1))
                 for i in range(N) for s, e in rows._blocks(P, per_sample // P)]
     return [((slice(s, e),), slice(s, e)) for s, e in rows._blocks(N, per_sample)]
+
+
+#: the values of a row whose dot product :func:`_row_dots` takes in one piece (measured at
+#: (2048, 1024), one thread: chunks of 64, 128, 256 and 1024 took 2.3, 0.69, 0.57 and 0.47 ms,
+#: where ``mul`` and the row sums took 0.64 ms without their write into the gradient's buffer;
+#: under 128, ``bmm`` takes its own loop, not the BLAS kernel)
+DOT_CHUNK = 128
+
+
+def _row_dots(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor | None:
+    r""":math:`\sum_P g\,x` of each row of the contiguous views ``x``, ``g`` (``(..., P)``),
+    keepdim, in float64, or None when ``P`` is not a multiple of :data:`DOT_CHUNK` or the
+    chunks do not pair up.  The rows are cut into chunks of :data:`DOT_CHUNK` values; each
+    chunk's dot product is taken in float32 (fused multiply-adds, no rounded product) and
+    they are summed in float64.  The dots of two chunks at a time are the diagonal of one
+    ``bmm`` product :math:`G_2 X_2^T` (``(2, 128) @ (128, 2)``).  One read of x and g and no
+    product written, where ``mul`` into the gradient's buffer and its row sums took two passes
+    and a write.  By chunks of 256, GN's dgamma was 0.31-0.82x torch's error (seeds 0-4 of
+    benchmarks/accuracy.py), by whole rows of 1024 values up to 1.00x; by 128, 0.22-0.50x
+    (0.26-0.58x under the generic kernels), as with the product and its sums."""
+    P, chunk = x.shape[-1], DOT_CHUNK
+    if P % chunk or (x.numel() // chunk) % 2 or not (x.is_contiguous() and g.is_contiguous()):
+        return None
+    pairs = x.numel() // (2 * chunk)
+    dots = torch.bmm(g.reshape(pairs, 2, chunk), x.reshape(pairs, 2, chunk).transpose(1, 2))
+    per_row = dots.diagonal(dim1=1, dim2=2).reshape(-1, P // chunk)
+    return per_row.sum(-1, dtype=torch.float64).reshape(x.shape[:-1] + (1,))
 
 
 def _take(t: torch.Tensor | None, samples: slice):
