@@ -13,10 +13,11 @@ This is a benchmark, not a test: it prints, it does not assert.  The rows named
 ``channels_last`` take the same input in that memory format (torch keeps it for BN and GN, and
 so does normcore); ``--only TEXT`` measures only the rows whose name contains TEXT.
 
-The table keeps the heap steady (:func:`steady_heap`; ``--os-heap`` leaves the C library's
-defaults, and ``--json`` keeps them): with glibc's defaults, memory freed at the top of the
-heap goes back to the OS once 16 MB are free there, and the next full-size buffer costs a
-page fault per 4 KB page (about 2 us each here, 4-8 ms per call for the tensors below).
+The table keeps the heap steady (:func:`steady_heap`: on glibc it runs with
+:data:`STEADY_HEAP`; ``--os-heap`` leaves the C library's defaults, and ``--json`` keeps them):
+with glibc's defaults, a freed full-size buffer often goes back to the OS, and the next one
+costs a page fault per 4 KB page (about 2 us each here, 4-8 ms per call for the tensors
+below).
 Whether normcore's call or torch's pays depends on the order of earlier allocations, not on
 the op: LayerNorm over the last dim fwd+bwd measured 1.1-1.6x torch's time in runs where
 torch paid the faults, 2.3-2.5x where neither did.  The column ``faults`` shows what each
@@ -35,8 +36,6 @@ paper's code for (N, C, H, W)).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import datetime
 import json
 import os
@@ -157,17 +156,26 @@ def _runner(fn, x, params, backward: bool):
     return run
 
 
+#: glibc's malloc settings for the table (``GLIBC_TUNABLES``): freed memory is never given
+#: back to the OS (trim threshold 1 GB), buffers up to 32 MB (every tensor here) come from the
+#: heap rather than a fresh ``mmap``, and no per-thread cache of small chunks: torch allocates
+#: with 64-byte alignment, whose small leftovers, held in that cache, kept two freed 8 MB
+#: buffers apart, too short each for the next request, and the heap grew by 16 MB a call
+STEADY_HEAP = ("glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=1073741824:"
+               "glibc.malloc.mmap_threshold=33554432")
+
+
 def steady_heap() -> bool:
-    """Make the C library keep the memory freed to it (glibc's ``mallopt``): no trimming
-    of the heap's top, and buffers up to 32 MB (every tensor here) from the heap rather than
-    from a fresh ``mmap``.  Then a freed full-size buffer is reused by the next call, by either
-    side, without page faults.  False where there is no glibc ``mallopt`` (the defaults stay)."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
+    """Whether this process runs with :data:`STEADY_HEAP`; if it runs on glibc without any
+    ``GLIBC_TUNABLES``, it is started again with them (glibc reads them at start only).  Then
+    a freed full-size buffer is reused by the next call, by either side, without page
+    faults.  False elsewhere (another C library, or tunables given): the defaults stay."""
+    if os.environ.get("GLIBC_TUNABLES") == STEADY_HEAP:
+        return True
+    if platform.libc_ver()[0] != "glibc" or "GLIBC_TUNABLES" in os.environ:
         return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(mallopt(M_TRIM_THRESHOLD, 1 << 30)) and bool(mallopt(M_MMAP_THRESHOLD, 32 << 20))
+    os.execve(sys.executable, [sys.executable, *sys.argv],
+              {**os.environ, "GLIBC_TUNABLES": STEADY_HEAP})
 
 
 #: the clock: wall time, or with ``--cpu-time`` the CPU time of this thread (one thread only)
@@ -355,7 +363,7 @@ def main() -> None:
                     help="leave the C library's heap settings as they are: freed memory may go "
                          "back to the OS, and either side may then pay page faults")
     args = ap.parse_args()
-    steady = not args.os_heap and not args.json and steady_heap()
+    steady = not args.os_heap and not args.json and steady_heap()      # may start it again
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cpu_time:

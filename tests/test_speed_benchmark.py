@@ -1,9 +1,12 @@
 """benchmarks/speed.py times ops, not the C library's heap: with its steady heap a buffer freed
-by one call is reused by the next without page faults, where glibc's defaults hand it back to
-the OS and the next call pays a fault per page (whichever side of the table that is)."""
+by one call is reused by the next without page faults, where glibc's defaults often hand it
+back to the OS and the next call pays a fault per page (whichever side of the table that is)."""
 from __future__ import annotations
 
+import importlib.util
+import os
 import pathlib
+import platform
 import subprocess
 import sys
 
@@ -12,35 +15,53 @@ import pytest
 SPEED = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "speed.py"
 
 #: two 8 MB buffers made, touched and freed, as a forward and a backward leave them; the
-#: faults of the last four rounds (the first two settle the allocator's thresholds)
-ROUNDS = f"""
-import importlib.util, resource, sys, torch
-spec = importlib.util.spec_from_file_location("speed", {str(SPEED)!r})
-speed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(speed)
-if sys.argv[1] == "steady":
-    assert speed.steady_heap()
+#: faults of the last four of eight rounds (the first ones grow the heap)
+ROUNDS = """
+import resource, torch
 n = 2 << 20
 faults = []
-for _ in range(6):
+for _ in range(8):
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     a = torch.empty(n).fill_(1.0)
     b = torch.empty(n).fill_(1.0)
     del a, b
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-print(sum(faults[2:]))
+print(sum(faults[4:]))
 """
 
 
-def _faults(heap: str) -> int:
-    run = subprocess.run([sys.executable, "-c", ROUNDS, heap], capture_output=True, text=True,
-                         timeout=120)
+def _speed():
+    spec = importlib.util.spec_from_file_location("speed", SPEED)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _faults(tunables: str | None) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    if tunables is not None:
+        env["GLIBC_TUNABLES"] = tunables
+    run = subprocess.run([sys.executable, "-c", ROUNDS], capture_output=True, text=True,
+                         timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     return int(run.stdout.split()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt, Linux")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="GLIBC_TUNABLES: glibc only")
 def test_steady_heap_reuses_freed_buffers_without_page_faults():
-    # the defaults give both buffers back each round: 2 x 2048 pages of 4 KB, refaulted
-    assert _faults("default") >= 4 * 2048
-    assert _faults("steady") < 64
+    # the defaults give the buffers back: up to 2 x 2048 pages of 4 KB refaulted a round
+    assert _faults(None) >= 2048
+    assert _faults(_speed().STEADY_HEAP) < 64
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="GLIBC_TUNABLES: glibc only")
+def test_the_table_runs_with_the_steady_heap_and_reports_it():
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    code = ("import runpy, sys; sys.argv = [{path!r}, '--quick', '--reps', '1', '--only', "
+            "'weight_standardize'{extra}]; runpy.run_path({path!r}, run_name='__main__')")
+    for extra, heap in (("", "steady heap"), (", '--os-heap'", "default heap")):
+        run = subprocess.run([sys.executable, "-c", code.format(path=str(SPEED), extra=extra)],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert run.returncode == 0, run.stderr
+        assert heap in run.stdout.splitlines()[0]
+        assert "weight_standardize" in run.stdout
