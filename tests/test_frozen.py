@@ -11,6 +11,7 @@ from torch.testing import assert_close
 import normcore.functional as F
 import normcore.nn as nn
 from normcore import axes, frozen
+from normcore.core import FUSED_MULTIPLY_ADD
 from normcore.errors import ArgumentError
 
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -166,8 +167,10 @@ def test_rounding_against_torch(fmt, mean_scale, seed):
     * dx = g (gamma r): at most torch's error on every seed (gamma r rounded once from
       float64, where torch rounds r and then gamma r).
     * y: within two roundings of max|y| when the means are near 0 (gamma r, the shift and
-      the fused multiply-add each rounded once), three when far (x - mu first), and then
-      at most torch's error (torch's x alpha + beta loses the mean's digits there).
+      the fused multiply-add each rounded once; three under the generic kernels, which have
+      no fused multiply-add: the product is rounded too, and seed 2 measured 2.03), three
+      when far (x - mu first), and then at most torch's error (torch's x alpha + beta loses
+      the mean's digits there).
     * dgamma = r sum g (x - mu) and dbeta = sum g: on channels_last memory at most torch's
       error (measured 0.05-0.3x: torch sums each channel down the batch in float32).  On
       contiguous memory x - mu and the product are rounded as in torch's kernel, and both
@@ -182,7 +185,7 @@ def test_rounding_against_torch(fmt, mean_scale, seed):
     errs = _errors(x, rm, rv, w, b, dy)
     (y, dx, dgamma, dbeta), (ty, tdx, tdgamma, tdbeta) = errs["nc"], errs["th"]
     assert dx <= tdx, errs
-    roundings = 2 if mean_scale == 1 else 3
+    roundings = 2 if mean_scale == 1 and FUSED_MULTIPLY_ADD else 3
     assert y <= roundings * 2.0 ** -24, f"y: {y / 2.0 ** -24:.2f} roundings of max|y|"
     if mean_scale > 1:
         assert y <= ty, errs
