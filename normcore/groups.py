@@ -7,8 +7,9 @@ GroupNorm's formula on ``channels_last`` memory (:func:`group_norm_channels_last
 (:class:`_Groups`) and keep nothing full-size: the backward recomputes what it needs from x
 into the gradient's own buffer, and folds the mean (or its correction ``delta``) into small
 per-channel factors.  Measured at (32, 64, 32, 32), one thread, CPU time: GN fwd+bwd 2.9x
-torch's time before the fold, 2.2-2.5x after; GN on ``channels_last`` fwd+bwd 3.2x before,
-0.9-1.1x after.
+torch's time before the fold, 2.2-2.5x after, 2.15-2.25x with :math:`\sum g\,x` by
+:func:`_row_dots` (a heap that keeps freed memory: ``benchmarks/speed.py``); GN on
+``channels_last`` fwd+bwd 3.2x before, 0.6-1.1x after.
 
 The one-pass test, the corrected variance and the kept shifts are :mod:`normcore.rows`'s
 (:func:`normcore.rows._one_pass`, :func:`normcore.rows._variance`,
