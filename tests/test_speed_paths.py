@@ -334,6 +334,22 @@ def test_group_path_corrects_the_rounded_mean(small_blocks, fmt, norm, G):
         assert err <= 16 * u, (name, err.item() / u)
 
 
+def _record(monkeypatch, module, name: str) -> list:
+    """The results of every call of ``module.name`` from now on, in a list it appends to."""
+    results, fn = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: results.append(fn(*a)) or results[-1])
+    return results
+
+
+def _small_means(norm, shape, G, fmt, gen):
+    """``(layout, x)``: a float64 input that requires grad, in ``fmt``, whose every set has
+    mean 0.1 and a spread about 1 (the forward's one pass, the backward's folded mean)."""
+    lay = axes.layout(norm, shape, G)
+    xv = torch.randn(lay.view_shape, generator=gen, dtype=torch.float64)
+    x = (xv - xv.mean(lay.reduce_dims, keepdim=True) + 0.1).reshape(shape)
+    return lay, x.to(memory_format=fmt).requires_grad_(True)
+
+
 @pytest.mark.parametrize("norm, shape, G", [("group", (3, 6, 5), 3), ("instance", (2, 3, 4, 5), None),
                                             ("group", (2, 4, 3, 5), 2)])
 @pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
@@ -343,13 +359,8 @@ def test_group_path_with_small_means_folds_the_mean(small_blocks, monkeypatch, n
     if fmt == torch.channels_last and len(shape) != 4:
         pytest.skip("channels_last is 4-d")
     gen = torch.Generator().manual_seed(len(shape) * 19 + (G or 0))
-    lay = axes.layout(norm, shape, G)
-    xv = torch.randn(lay.view_shape, generator=gen, dtype=torch.float64)
-    x = (xv - xv.mean(lay.reduce_dims, keepdim=True) + 0.1).reshape(shape)    # mean 0.1
-    x = x.to(memory_format=fmt).requires_grad_(True)
-    seen = []
-    one_pass = rows._one_pass
-    monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
+    lay, x = _small_means(norm, shape, G, fmt, gen)
+    seen = _record(monkeypatch, rows, "_one_pass")
     assert rows.applies(lay, x)
     _fast_path_equals_the_reference(lay, x, "both", gen)
     assert seen and all(seen)
@@ -369,13 +380,8 @@ def test_group_backward_dot_products_by_chunks(monkeypatch, norm, shape, G, used
     memory, whose view ends in channels, not positions (there (2, 256, 2, 2) has 128)."""
     monkeypatch.setattr(rows, "MIN_ELEMENTS", 64)
     gen = torch.Generator().manual_seed(sum(shape))
-    lay = axes.layout(norm, shape, G)
-    xv = torch.randn(lay.view_shape, generator=gen, dtype=torch.float64)
-    x = (xv - xv.mean(lay.reduce_dims, keepdim=True) + 0.1).reshape(shape)    # mean 0.1
-    x = x.to(memory_format=fmt).requires_grad_(True)
-    taken = []
-    row_dots = groups._row_dots
-    monkeypatch.setattr(groups, "_row_dots", lambda a, g: taken.append(row_dots(a, g)) or taken[-1])
+    lay, x = _small_means(norm, shape, G, fmt, gen)
+    taken = _record(monkeypatch, groups, "_row_dots")
     assert rows.applies(lay, x)
     _fast_path_equals_the_reference(lay, x, "both", gen)
     contiguous = fmt == torch.contiguous_format
