@@ -299,13 +299,14 @@ def _row_dots(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor | None:
     r""":math:`\sum_P g\,x` of each row of the contiguous views ``x``, ``g`` (``(..., P)``),
     keepdim, in float64, or None when ``P`` is not a multiple of :data:`DOT_CHUNK` or the
     chunks do not pair up.  The rows are cut into chunks of :data:`DOT_CHUNK` values; each
-    chunk's dot product is taken in float32 (fused multiply-adds, no rounded product) and
-    they are summed in float64.  The dots of two chunks at a time are the diagonal of one
-    ``bmm`` product :math:`G_2 X_2^T` (``(2, 128) @ (128, 2)``).  One read of x and g and no
-    product written, where ``mul`` into the gradient's buffer and its row sums took two passes
-    and a write.  By chunks of 256, GN's dgamma was 0.31-0.82x torch's error (seeds 0-4 of
-    benchmarks/accuracy.py), by whole rows of 1024 values up to 1.00x; by 128, 0.22-0.50x
-    (0.26-0.58x under the generic kernels), as with the product and its sums."""
+    chunk's dot product is taken in x's dtype by the BLAS kernel (with fused multiply-adds
+    where the CPU has them: no rounded product), and they are summed in float64.  The dots
+    of two chunks at a time are the diagonal of one ``bmm`` product :math:`G_2 X_2^T`
+    (``(2, 128) @ (128, 2)``).  One read of x and g and no product written, where ``mul``
+    into the gradient's buffer and its row sums took two passes and a write.  By chunks of
+    256, GN's dgamma was 0.31-0.82x torch's error (seeds 0-4 of benchmarks/accuracy.py), by
+    whole rows of 1024 values up to 1.00x; by 128, 0.22-0.50x (0.26-0.58x under the generic
+    kernels), as with the product and its sums."""
     P, chunk = x.shape[-1], DOT_CHUNK
     if P % chunk or (x.numel() // chunk) % 2 or not (x.is_contiguous() and g.is_contiguous()):
         return None
