@@ -201,7 +201,6 @@ def test_sum_of_squares_double_keeps_the_chunks_of_256_in_float64():
     assert torch.equal(passes.sum_of_squares(x).double(), got.float().double())
 
 
-
 def test_sum_of_squares_takes_the_chunk_size_asked_for():
     # GroupNorm and InstanceNorm ask for chunks of 128 (groups._precise_groups)
     x = torch.randn(8, 2048, generator=torch.Generator().manual_seed(6)) * 3 + 1
@@ -213,6 +212,7 @@ def test_sum_of_squares_takes_the_chunk_size_asked_for():
                        passes.sum_of_squares(x, precise=True, chunk=64))
     assert not torch.equal(passes.sum_of_squares(x, precise=True, chunk=128),
                            passes.sum_of_squares(x, precise=True, chunk=64))
+
 
 @pytest.mark.parametrize("shape, dims", [((8, 16, 32, 32), (0, 2, 3)), ((8, 16, 32, 32), (2, 3)),
                                          ((4, 6, 5), (0, 2)), ((4, 6, 5), ())])

@@ -37,12 +37,15 @@ def _speed():
     return module
 
 
-def _faults(tunables: str | None) -> int:
+def _env(tunables: str | None = None) -> dict:
+    """This process's environment with ``GLIBC_TUNABLES`` set to ``tunables``, or removed."""
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    if tunables is not None:
-        env["GLIBC_TUNABLES"] = tunables
+    return env if tunables is None else {**env, "GLIBC_TUNABLES": tunables}
+
+
+def _faults(tunables: str | None) -> int:
     run = subprocess.run([sys.executable, "-c", ROUNDS], capture_output=True, text=True,
-                         timeout=120, env=env)
+                         timeout=120, env=_env(tunables))
     assert run.returncode == 0, run.stderr
     return int(run.stdout.split()[-1])
 
@@ -56,12 +59,11 @@ def test_steady_heap_reuses_freed_buffers_without_page_faults():
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="GLIBC_TUNABLES: glibc only")
 def test_the_table_runs_with_the_steady_heap_and_reports_it():
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     code = ("import runpy, sys; sys.argv = [{path!r}, '--quick', '--reps', '1', '--only', "
             "'weight_standardize'{extra}]; runpy.run_path({path!r}, run_name='__main__')")
     for extra, heap in (("", "steady heap"), (", '--os-heap'", "default heap")):
         run = subprocess.run([sys.executable, "-c", code.format(path=str(SPEED), extra=extra)],
-                             capture_output=True, text=True, timeout=300, env=env)
+                             capture_output=True, text=True, timeout=300, env=_env())
         assert run.returncode == 0, run.stderr
         assert heap in run.stdout.splitlines()[0]
         assert "weight_standardize" in run.stdout

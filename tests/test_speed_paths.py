@@ -20,6 +20,13 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(rows, "BLOCK_ELEMENTS", max(1, 40 // torch.get_num_threads()))
 
 
+def _record(monkeypatch, module, name: str) -> list:
+    """The results of every call of ``module.name`` from now on, in a list it appends to."""
+    results, fn = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: results.append(fn(*a)) or results[-1])
+    return results
+
+
 def _fast_path_equals_the_reference(lay, x, affine, gen):
     """Normalize on ``lay`` (a fast path) against the formula (output, statistics) and the
     boxed backward (each gradient), and a second backward through the same graph against
@@ -74,11 +81,8 @@ def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeyp
     if large_mean:
         x[2, 3] += 50.0
     lay = axes.layout("layer", x.shape, normalized_ndim=1)
-    seen, shifts = [], []
-    one_pass, near_shift = rows._one_pass, rows._near_shift
-    monkeypatch.setattr(rows, "_one_pass", lambda mu, ms: seen.append(one_pass(mu, ms)) or seen[-1])
-    monkeypatch.setattr(rows, "_near_shift",
-                        lambda *a: shifts.append(near_shift(*a)) or shifts[-1])
+    seen = _record(monkeypatch, rows, "_one_pass")
+    shifts = _record(monkeypatch, rows, "_near_shift")
     _fast_path_equals_the_reference(lay, x.requires_grad_(True), "both", gen)
     assert seen == [not large_mean]
     # the backward recomputes x_hat = x r + (-mu0 r) in one pass after the one-pass forward
@@ -332,13 +336,6 @@ def test_group_path_corrects_the_rounded_mean(small_blocks, fmt, norm, G):
     for name, a, e in zip(("y", "dx", "dgamma"), out[torch.float32], out[torch.float64]):
         err = (a.double() - e).abs().max() / e.abs().max()
         assert err <= 16 * u, (name, err.item() / u)
-
-
-def _record(monkeypatch, module, name: str) -> list:
-    """The results of every call of ``module.name`` from now on, in a list it appends to."""
-    results, fn = [], getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *a: results.append(fn(*a)) or results[-1])
-    return results
 
 
 def _small_means(norm, shape, G, fmt, gen):
