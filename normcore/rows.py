@@ -12,6 +12,14 @@ block of :data:`BLOCK_ELEMENTS` elements (2 MB in float32) the passes hit the ca
 only full-size tensors are the output and the input's gradient, as for torch's kernels (the
 backward recomputes :math:`\hat x` from the saved input, block by block).
 
+Why not one compiled loop per row (``torch.compile`` of the formula, called from here): it
+was measured at (32, 256, 512), one thread, and not taken.  In float32, inductor's C++ has
+no fused multiply-add, and y's error was 1.05-1.33x torch's on 4 of seeds 0-4 of
+``tests/test_accuracy.py``; with y formed in float64 and rounded once it was no worse on
+all five, but the forward took 1.8-1.9x torch's time (three passes over x, as the blocks) and
+inductor's sums down 8192 rows for dgamma took 4.4 ms; the first call in each process
+compiled for 2.5-6 s, and under ``ATEN_CPU_CAPABILITY=default`` the C++ did not compile.
+
 Forward, two sweeps: the sums :math:`\sum x` and :math:`\sum x^2` of each row, over the
 whole input at once (without a fused multiply-add, by float32 chunks then in float64 as far as
 :math:`r`, rounded once), then, with every row's :math:`r` found, block by block
