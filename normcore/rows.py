@@ -16,9 +16,12 @@ Why not one compiled loop per row (``torch.compile`` of the formula, called from
 was measured at (32, 256, 512), one thread, and not taken.  In float32, inductor's C++ has
 no fused multiply-add, and y's error was 1.05-1.33x torch's on 4 of seeds 0-4 of
 ``tests/test_accuracy.py``; with y formed in float64 and rounded once it was no worse on
-all five, but the forward took 1.8-1.9x torch's time (three passes over x, as the blocks) and
-inductor's sums down 8192 rows for dgamma took 4.4 ms; the first call in each process
-compiled for 2.5-6 s, and under ``ATEN_CPU_CAPABILITY=default`` the C++ did not compile.
+all five, but the forward took 1.8-1.9x torch's time in the kernel alone (three passes over
+x, as the blocks) and 2.1-2.2x through ``F.layer_norm`` (the blocks, that hour: 2.4x), and
+forward and backward 2.4-2.6x (the blocks: 2.3x; inductor's own sums down 8192 rows for
+dgamma took 4.4 ms, so g x-hat was written and summed eagerly); the first call in each
+process compiled for 2.5-6 s, and under
+``ATEN_CPU_CAPABILITY=default`` this graph's C++ did not compile.
 
 Forward, two sweeps: the sums :math:`\sum x` and :math:`\sum x^2` of each row, over the
 whole input at once (without a fused multiply-add, by float32 chunks then in float64 as far as
