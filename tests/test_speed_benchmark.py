@@ -67,3 +67,21 @@ def test_the_table_runs_with_the_steady_heap_and_reports_it():
         assert run.returncode == 0, run.stderr
         assert heap in run.stdout.splitlines()[0]
         assert "weight_standardize" in run.stdout
+
+
+def test_per_call_times_the_small_inputs_in_microseconds_apart_from_the_target():
+    path = str(SPEED)
+    code = (f"import runpy, sys; sys.argv = [{path!r}, '--per-call', '--reps', '1', '--only', "
+            f"'group_norm G=32']; runpy.run_path({path!r}, run_name='__main__')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=_env())
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "per call on small inputs, not held to the target" in lines[0]
+    assert "normcore us" in lines[1] and "torch us" in lines[1]
+    rows = [line for line in lines if line.startswith("group_norm G=32")]
+    small = str(_speed().SMALL["image"])
+    # contiguous and channels_last, fwd and fwd+bwd, each at the small shape, none flagged
+    assert len(rows) == 4 and all(small in row for row in rows), rows
+    assert not any("> target" in row for row in rows)
+    assert lines[-1].startswith("largest ratio:")
