@@ -375,6 +375,9 @@ def main() -> None:
                     help="leave the C library's heap settings as they are: freed memory may go "
                          "back to the OS, and either side may then pay page faults")
     args = ap.parse_args()
+    if args.per_call and args.json:
+        ap.error("--per-call times the table's ops on small inputs and --json chapter 10's "
+                 "layers: give one of them")
     steady = not args.os_heap and not args.json and steady_heap()      # may start it again
     if args.threads:
         torch.set_num_threads(args.threads)

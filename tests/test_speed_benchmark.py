@@ -69,7 +69,7 @@ def test_the_table_runs_with_the_steady_heap_and_reports_it():
         assert "weight_standardize" in run.stdout
 
 
-def test_per_call_times_the_small_inputs_in_microseconds_apart_from_the_target():
+def test_per_call_times_the_small_inputs_in_microseconds_apart_from_the_target(tmp_path):
     path = str(SPEED)
     code = (f"import runpy, sys; sys.argv = [{path!r}, '--per-call', '--reps', '1', '--only', "
             f"'group_norm G=32']; runpy.run_path({path!r}, run_name='__main__')")
@@ -85,3 +85,8 @@ def test_per_call_times_the_small_inputs_in_microseconds_apart_from_the_target()
     assert len(rows) == 4 and all(small in row for row in rows), rows
     assert not any("> target" in row for row in rows)
     assert lines[-1].startswith("largest ratio:")
+    # with --json, which measures other layers, it is refused, not ignored
+    both = subprocess.run([sys.executable, str(SPEED), "--per-call", "--quick", "--reps", "1",
+                           "--json", str(tmp_path / "cost.json")],
+                          capture_output=True, text=True, timeout=300, env=_env())
+    assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr
