@@ -12,7 +12,7 @@ scheduled, and the medians move by several times from run to run while the minim
 This is a benchmark, not a test: it prints, it does not assert.  The rows named
 ``channels_last`` take the same input in that memory format (torch keeps it for BN and GN, and
 so does normcore); ``--only TEXT`` measures only the rows whose name contains TEXT.
-``--per-call`` times the same ops on small inputs (:data:`SMALL`), in microseconds: there a
+``--per-call`` times the same ops on small inputs (:data:`SIZES`), in microseconds: there a
 call's fixed cost, its Python and its small torch ops, is most of its time (normcore's calls
 are several times torch's), and the 2.0 target, set for the realistic sizes, is not applied.
 
@@ -70,19 +70,24 @@ def _activation(shape, g: torch.Generator):
     return x, w, b, torch.zeros(C), torch.ones(C)
 
 
-#: ``--per-call``'s inputs: an image activation, a sequence and a conv weight small enough
-#: that a call's fixed cost (its Python and its small ops) is most of its time
-SMALL = {"image": (2, 64, 4, 4), "sequence": (2, 4, 512), "weight": (16, 64, 3, 3)}
+#: the table's inputs (an image activation, a sequence, a conv weight) at each size: the
+#: realistic one, ``--quick``'s smoke run, and ``--per-call``'s, small enough that a call's
+#: fixed cost (its Python and its small ops) is most of its time
+SIZES = {
+    "full": {"image": (32, 64, 32, 32), "sequence": (32, 256, 512), "weight": (256, 128, 3, 3)},
+    "quick": {"image": (8, 64, 32, 32), "sequence": (8, 128, 512), "weight": (256, 128, 3, 3)},
+    "per-call": {"image": (2, 64, 4, 4), "sequence": (2, 4, 512), "weight": (16, 64, 3, 3)},
+}
 
 
-def _cases(quick: bool, small: bool = False):
+def _cases(size: str):
     g = torch.Generator().manual_seed(0)
-    big = SMALL["image"] if small else (8, 64, 32, 32) if quick else (32, 64, 32, 32)
+    shapes = SIZES[size]
+    big = shapes["image"]
     x, w, b, rm, rv = _activation(big, g)
-    seq_shape = SMALL["sequence"] if small else (8, 128, 512) if quick else (32, 256, 512)
-    seq = torch.randn(seq_shape, generator=g)
+    seq = torch.randn(shapes["sequence"], generator=g)
     wl, bl = torch.rand(512, generator=g) + 0.5, torch.randn(512, generator=g)
-    conv_w = torch.randn(SMALL["weight"] if small else (256, 128, 3, 3), generator=g)
+    conv_w = torch.randn(shapes["weight"], generator=g)
     alpha = torch.full((1,), 0.5)
     cases = [
         ("batch_norm train", big, x, [w, b],
@@ -230,9 +235,9 @@ def interleaved(a, b, reps: int, warmup: int = 3):
 FAULTS = [0.0, 0.0]
 
 
-def measure(reps: int, quick: bool, only: str | None = None, small: bool = False):
+def measure(reps: int, size: str, only: str | None = None):
     rows = []
-    for name, shape, x, params, ours, theirs in _cases(quick, small):
+    for name, shape, x, params, ours, theirs in _cases(size):
         if only and only not in name:
             continue
         for backward in (False, True):
@@ -369,7 +374,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's); 1 is steadier on a shared machine")
     ap.add_argument("--per-call", action="store_true",
-                    help="the same ops on small inputs (SMALL), in microseconds: the fixed cost "
+                    help="the same ops on small inputs (SIZES), in microseconds: the fixed cost "
                          "of a call, which the 2.0 target (for the realistic sizes) leaves out")
     ap.add_argument("--os-heap", action="store_true",
                     help="leave the C library's heap settings as they are: freed memory may go "
@@ -395,7 +400,8 @@ def main() -> None:
           f"{'CPU time of the thread' if args.cpu_time else 'wall time'}, "
           f"median of {args.reps} interleaved runs, "
           f"{'steady heap' if steady else 'default heap'}; {target}")
-    rows = measure(args.reps, args.quick, args.only, small=args.per_call)
+    size = "per-call" if args.per_call else "quick" if args.quick else "full"
+    rows = measure(args.reps, size, args.only)
     unit, scale = ("us", 1e6) if args.per_call else ("ms", 1e3)
     print(f"{'op':30s} {'pass':8s} {'shape':20s} {'normcore ' + unit:>12s} {'torch ' + unit:>10s} "
           f"{'ratio':>6s} {'min':>6s} {'faults nc/th':>13s}")

@@ -20,8 +20,8 @@ all five, but the forward took 1.8-1.9x torch's time in the kernel alone (three 
 x, as the blocks) and 2.1-2.2x through ``F.layer_norm`` (the blocks, that hour: 2.4x), and
 forward and backward 2.4-2.6x (the blocks: 2.3x; inductor's own sums down 8192 rows for
 dgamma took 4.4 ms, so g x-hat was written and summed eagerly); the first call in each
-process compiled for 2.5-6 s, and under
-``ATEN_CPU_CAPABILITY=default`` this graph's C++ did not compile.
+process compiled for 2.5-6 s, and under ``ATEN_CPU_CAPABILITY=default`` this graph's C++ did
+not compile.
 
 Forward, two sweeps: the sums :math:`\sum x` and :math:`\sum x^2` of each row, over the
 whole input at once (without a fused multiply-add, by float32 chunks then in float64 as far as

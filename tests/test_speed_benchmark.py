@@ -80,7 +80,7 @@ def test_per_call_times_the_small_inputs_in_microseconds_apart_from_the_target(t
     assert "per call on small inputs, not held to the target" in lines[0]
     assert "normcore us" in lines[1] and "torch us" in lines[1]
     rows = [line for line in lines if line.startswith("group_norm G=32")]
-    small = str(_speed().SMALL["image"])
+    small = str(_speed().SIZES["per-call"]["image"])
     # contiguous and channels_last, fwd and fwd+bwd, each at the small shape, none flagged
     assert len(rows) == 4 and all(small in row for row in rows), rows
     assert not any("> target" in row for row in rows)
