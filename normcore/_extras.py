@@ -18,6 +18,10 @@ project.
 imports count too.  ``tests/test_packaging.py`` reads every module's imports and checks them
 against this list and the list against ``pyproject.toml``'s extra.
 
+:data:`OPTIONAL` lists the library's one optional import: :mod:`normcore.loops` compiles its
+row kernels with numba when it is installed (the extra ``normcore[fast]``, which the book's
+extra includes), and without it the library runs its torch code, as fast as before.
+
 This module imports nothing from normcore (it sits above every layer).
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import importlib.util
 from importlib import metadata
 
-__all__ = ["BOOK_EXTRA", "NEEDS", "install_command", "missing", "require"]
+__all__ = ["BOOK_EXTRA", "NEEDS", "OPTIONAL", "install_command", "missing", "require"]
 
 #: The extra that installs what the book's modules need.
 BOOK_EXTRA = "normcore[book]"
@@ -39,6 +43,13 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "normcore.datasets": ("numpy", "sklearn", "mnist1d"),
     "normcore.classroom": ("nbformat", "nbclient", "cloudpickle", "tqdm", "pybtex",
                            "latexcodec"),
+}
+
+
+#: The library's modules that use a package when it is installed, and run without it; the
+#: extra ``normcore[fast]`` installs them.
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "normcore.loops": ("numba",),
 }
 
 

@@ -5,6 +5,9 @@ test file before).
 
 When /usr/bin/chromium is missing the browser tests skip, except under CI (CI=true), where
 they fail.
+
+One fixture of the package tests: `row_path`, which runs a LayerNorm test by each of the two
+row paths (normcore.loops' compiled kernels, normcore.rows' blocks of torch ops).
 """
 
 from __future__ import annotations
@@ -78,3 +81,15 @@ def demo_site(tmp_path_factory):
     html = build_demo_book(tmp_path_factory.mktemp("demo-book"))
     with sitecheck.LocalServer(html) as server:
         yield server
+
+
+@pytest.fixture(params=["loops", "blocks"])
+def row_path(request, monkeypatch):
+    """The test twice: by normcore.loops' compiled kernels (numba is in requirements.txt, so
+    they must run here) and by normcore.rows' blocks of torch ops (``NORMCORE_NUMBA=0``, as
+    without numba)."""
+    from normcore import loops
+    if request.param == "blocks":
+        monkeypatch.setenv("NORMCORE_NUMBA", "0")
+    assert loops.available() == (request.param == "loops"), request.param
+    return request.param

@@ -104,7 +104,7 @@ def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size):
 
 @pytest.mark.parametrize("batch", [4, 16])
 @pytest.mark.parametrize("kind", ["normal", "big_mean"])
-def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch):
+def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch, row_path):
     # before: 4x torch's error on y and dx with one set of 32 * 32 * 64 values
     # (vector_norm's float32 sum of squares); batch 16 takes normcore.rows
     x = _x((batch, 64, 32, 32), kind)
@@ -243,12 +243,13 @@ def test_instance_and_group_norm_no_worse_than_torch_on_five_seeds(op, seed):
 # 1.09x (2.18 against 1.99 roundings: the two-pass sweep rounded x - mu0, its correction and
 # x_hat apart, where torch's fused x r + (-mu r) rounds once; now rows._xhat takes that form
 # where |mu| r <= 2: 0.77x), and dx on seed 4 under the generic kernels 1.01x (2.17 against
-# 2.15; now its blocks in float64 there: 0.65-0.79x).  Every case: 1.0.
+# 2.15; now its blocks in float64 there: 0.65-0.79x).  Every case: 1.0.  Both row paths:
+# normcore.loops (float64 sums, each output rounded once) and the blocks, run without numba.
 LN_LAST = (32, 256, 512)
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_layer_norm_over_the_last_dim_no_worse_than_torch_on_five_seeds(seed):
+def test_layer_norm_over_the_last_dim_no_worse_than_torch_on_five_seeds(seed, row_path):
     generic = os.environ.get("ATEN_CPU_CAPABILITY") == "default"
     x = _x(LN_LAST, "channels", seed)
     w, b = _affine(LN_LAST[-1], seed)

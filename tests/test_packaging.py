@@ -35,7 +35,7 @@ MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__
 LIBRARY = {"normcore", "normcore._checks", "normcore._functional_docs", "normcore.axes",
            "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold",
            "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.nn",
-           "normcore.frozen", "normcore.groups", "normcore.passes", "normcore.rows",
+           "normcore.frozen", "normcore.groups", "normcore.loops", "normcore.passes", "normcore.rows",
            "normcore.stats", "normcore.sync"}
 
 
@@ -97,6 +97,11 @@ def _needs_of(module: str) -> set[str]:
             if module == key or module.startswith(key + ".") for name in names}
 
 
+def _optional_of(module: str) -> set[str]:
+    """What OPTIONAL lets a library module import when it is installed."""
+    return set(_extras.OPTIONAL.get(module, ()))
+
+
 # --- import normcore loads the library and torch, nothing else ---------------------------
 
 _PROBE = """
@@ -155,7 +160,8 @@ def test_every_import_beyond_torch_is_in_needs():
     names NEEDS lists for it or its package: the library and the book's torch-only modules
     (exercises, choose, invariance, data, launch) import nothing else."""
     assert _third_party_imports(PKG / "widgets.py") >= {"ipywidgets"}, "imports were not read"
-    undeclared = {m: sorted(_third_party_imports(p) - _needs_of(m)) for m, p in MODULES.items()}
+    undeclared = {m: sorted(_third_party_imports(p) - _needs_of(m) - _optional_of(m))
+                  for m, p in MODULES.items()}
     undeclared = {m: names for m, names in undeclared.items() if names}
     assert not undeclared, (f"imports not listed in normcore._extras.NEEDS: {undeclared}; list "
                             f"them there (and their package in pyproject's book extra)")
@@ -187,7 +193,29 @@ def test_needs_and_the_book_extra_agree():
         found = {_key(d) for d in dists[name]} & book
         assert found, f"{name} comes from {dists[name]}, which is not in normcore[book]"
         imported |= found
+    imported |= {_key(r.name) for r in _extra("fast")}
     assert book - imported == NOT_IMPORTED, f"normcore[book] lists {sorted(book - imported)}"
+
+
+def test_the_optional_imports_are_the_fast_extra_and_import_lazily():
+    """Each name in OPTIONAL is a requirement of normcore[fast] (which the book's extra
+    includes), imported by its library module only inside a function, under ``try`` (the
+    library runs without it: test_loops.py::test_without_numba_the_blocks_run)."""
+    fast = {_key(r.name) for r in _extra("fast")}
+    assert fast <= {_key(r.name) for r in _extra("book")}
+    for module, names in _extras.OPTIONAL.items():
+        assert in_library(module) and set(names) == _third_party_imports(MODULES[module])
+        assert {_key(n) for n in names} <= fast, (module, names, fast)
+        tree = ast.parse(MODULES[module].read_text())
+        top = {a.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
+               for a in node.names}
+        top |= {node.module.split(".")[0] for node in tree.body
+                if isinstance(node, ast.ImportFrom) and node.module}
+        assert not set(names) & top, f"{module} imports {names} at the top"
+        guarded = [node for node in ast.walk(tree) if isinstance(node, ast.Try)
+                   and any(isinstance(n, ast.Import) and {a.name for a in n.names} & set(names)
+                           for n in node.body)]
+        assert guarded, f"{module} imports {names} outside a try"
 
 
 def test_the_library_declares_torch_alone_with_the_tested_release():

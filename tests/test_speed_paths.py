@@ -1,7 +1,9 @@
-"""The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows, and
-GroupNorm and InstanceNorm recomputing x - mu (normcore.rows), against
-core.normalize_formula, grad.boxed_backward and torch, on the shapes that select the paths
-and on shapes that do not; and outputs keep the memory format torch's do (channels_last)."""
+"""The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows or by
+compiled loops over each row (normcore.loops, numba: the `row_path` fixture of conftest.py
+runs a test by each), and GroupNorm and InstanceNorm recomputing x - mu (normcore.rows),
+against core.normalize_formula, grad.boxed_backward and torch, on the shapes that select the
+paths and on shapes that do not; and outputs keep the memory format torch's do
+(channels_last)."""
 from __future__ import annotations
 
 import pytest
@@ -64,7 +66,8 @@ ROW_CASES = [  # (norm, shape, normalized_ndim, affine): rows of 8, 12 and 35 el
 
 
 @pytest.mark.parametrize("norm, shape, k, affine", ROW_CASES)
-def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm, shape, k, affine):
+def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, row_path, norm, shape, k,
+                                                              affine):
     gen = torch.Generator().manual_seed(len(shape) * 11 + k)
     lay = axes.layout(norm, shape, normalized_ndim=k)
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
@@ -74,6 +77,7 @@ def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, norm,
 
 @pytest.mark.parametrize("large_mean", [False, True])
 def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeypatch, large_mean):
+    monkeypatch.setenv("NORMCORE_NUMBA", "0")             # the blocks' statistics
     """Sets whose mean is small beside their spread take the one-pass statistics; one set
     with a large mean sends every block to the corrected two-pass sweep: both the formula's."""
     gen = torch.Generator().manual_seed(8)
@@ -90,7 +94,7 @@ def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeyp
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
-def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, wanted):
+def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, row_path, wanted):
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 6, 10, generator=gen, dtype=torch.float64)
     w = torch.rand(10, generator=gen, dtype=torch.float64) + 0.5
@@ -103,7 +107,7 @@ def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, wanted):
     torch.testing.assert_close(got, ref)
 
 
-def test_row_blocks_are_twice_differentiable(small_blocks):
+def test_row_blocks_are_twice_differentiable(small_blocks, row_path):
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
     w = (torch.rand(6, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
@@ -145,7 +149,7 @@ def test_batch_norm_and_inputs_made_non_contiguous_take_the_plain_path(small_blo
     torch.testing.assert_close(y, core.normalize_formula(xt, lay, 1e-5).output)
 
 
-def test_row_blocks_at_their_real_size_match_torch():
+def test_row_blocks_at_their_real_size_match_torch(row_path):
     """Default thresholds: a (64, 16, 1024) input in blocks of 512 rows per thread."""
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(64, 16, 1024, generator=gen) * 2 + 3).requires_grad_(True)
@@ -459,6 +463,7 @@ def test_the_float64_input_gradient_of_the_generic_kernels(small_blocks, monkeyp
     any CPU, against torch's gradient in float64."""
     monkeypatch.setattr(rows, "FUSED_MULTIPLY_ADD", False)
     monkeypatch.setattr(groups, "FUSED_MULTIPLY_ADD", False)
+    monkeypatch.setenv("NORMCORE_NUMBA", "0")              # LN: the blocks, not the loops
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(4, 6, 64, generator=gen) * 2 + 0.5
     x[1, 2] += 30.0                                      # a set with a large mean
