@@ -1,21 +1,24 @@
-r"""LayerNorm and RMSNorm over the rows of a ``(sets, |S|)`` view, one row at a time: the
-formula as three loops over a row, compiled by numba when it is installed (the extra
-``normcore[fast]``; without it :mod:`normcore.rows` runs its blocks of torch ops instead).
+r"""LayerNorm and RMSNorm over the rows of a ``(sets, |S|)`` view, and GroupNorm and
+InstanceNorm over the sets of a contiguous input, one row (set) at a time: the formula as
+three loops over it, compiled by numba when it is installed (the extra ``normcore[fast]``;
+without it :mod:`normcore.rows` and :mod:`normcore.groups` run their blocks of torch ops).
 
 Why: in eager PyTorch every step of the formula is one pass of a torch op over its tensors,
 and the blocks of :mod:`normcore.rows` make five passes where torch's fused kernel makes one
 (LayerNorm over the last dim stayed at 2.3-2.6x torch's time, however the passes were cut).
-Here each row (2 KB for 512 float32 values) is read from memory once and then stays in the
-first-level cache for the loops after the first, as in torch's kernel, and each value of the
-output is written once.  The sums are in float64, and each output is formed in float64 and
-rounded once: more accurate than torch's float32 kernel (y's error about a third of
-torch's), not less.
+Here each row (2 KB for 512 float32 values; a GroupNorm set of 2 channels of 32 x 32, 8 KB)
+is read from memory once and then stays in the cache for the loops after the first, as in
+torch's kernels, and each value of the output is written once.  The sums are in float64, and
+each output is formed in float64 and rounded once: more accurate than torch's float32
+kernels (LayerNorm's y about a third of torch's error), not less.
 
-The kernels are plain Python (:func:`forward_rows`, :func:`backward_rows`): read them as the
-formula, one row at a time, or run them uncompiled on a small input.  Compiled, they release
-the GIL, and :func:`forward` and :func:`backward` split the rows among torch's threads.  The
-rows are taken in fixed chunks of :data:`CHUNK_ELEMENTS`, whose column sums (dgamma, dbeta)
-are added in a fixed order: the results do not depend on the number of threads.
+The kernels are plain Python (:func:`forward_rows`, :func:`backward_rows`; for GN and IN,
+whose gamma is one value per channel, :func:`forward_sets`, :func:`backward_sets`): read
+them as the formula, one row at a time, or run them uncompiled on a small input.  Compiled,
+they release the GIL, and :func:`forward` and :func:`backward` (:func:`forward_groups`,
+:func:`backward_groups`) split the rows among torch's threads.  The rows are taken in fixed
+chunks of about :data:`CHUNK_ELEMENTS`, whose column sums (dgamma, dbeta) are added in a
+fixed order: the results do not depend on the number of threads.
 
 Forward, for each row :math:`x` of :math:`n` values (:math:`\mu = 0` for RMSNorm):
 
@@ -39,8 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["CHUNK_ELEMENTS", "available", "forward", "backward", "forward_rows",
-           "backward_rows"]
+__all__ = ["CHUNK_ELEMENTS", "available", "forward", "backward", "forward_groups",
+           "backward_groups", "forward_rows", "backward_rows", "forward_sets", "backward_sets"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
@@ -74,8 +77,8 @@ def forward_rows(x, w, b, eps, centered, y, stats, chunk, lo, hi):
 
 
 def backward_rows(x, g, w, mu, r, centered, dx, parts, chunk, lo, hi):
-    """dL/dx of rows ``chunk * lo`` to ``chunk * hi`` into ``dx``, and each chunk ``k``'s
-    sums of :math:`g\\hat x` and of :math:`g` into ``parts[0, k]`` and ``parts[1, k]``; the
+    r"""dL/dx of rows ``chunk * lo`` to ``chunk * hi`` into ``dx``, and each chunk ``k``'s
+    sums of :math:`g\hat x` and of :math:`g` into ``parts[0, k]`` and ``parts[1, k]``; the
     mean ``mu`` and ``r`` per row in float64 (the forward's)."""
     rows, n = x.shape
     for k in range(lo, hi):
@@ -96,6 +99,64 @@ def backward_rows(x, g, w, mu, r, centered, dx, parts, chunk, lo, hi):
             for j in range(n):
                 xh = (float(x[i, j]) - m) * ri
                 dx[i, j] = ri * (float(g[i, j]) * w[j] - c - xh * a)
+
+
+def forward_sets(x, w, b, eps, y, stats, chunk, lo, hi):
+    """GroupNorm and InstanceNorm on contiguous memory: sets ``chunk * lo`` to ``chunk * hi``
+    of ``x`` (``(N G, C/G, P)``: a set's channels, each of ``P`` positions) normalized into
+    ``y``, with gamma and beta ``(G, C/G)``; per set the mean, variance and r into ``stats``."""
+    sets, cg, p = x.shape
+    groups = w.shape[0]
+    for s in range(chunk * lo, min(chunk * hi, sets)):
+        t = 0.0
+        for c in range(cg):
+            for j in range(p):
+                t += float(x[s, c, j])
+        mu = t / (cg * p)                                                       # (1)
+        q = 0.0
+        for c in range(cg):
+            for j in range(p):
+                d = float(x[s, c, j]) - mu
+                q += d * d
+        var = q / (cg * p)                                                      # (2)
+        r = 1.0 / math.sqrt(var + eps)                                          # (3)
+        for c in range(cg):
+            a = r * w[s % groups, c]
+            for j in range(p):
+                y[s, c, j] = (float(x[s, c, j]) - mu) * a + b[s % groups, c]    # (4)-(5)
+        stats[0, s], stats[1, s], stats[2, s] = mu, var, r
+
+
+def backward_sets(x, g, w, mu, r, dx, parts, chunk, lo, hi):
+    r"""dL/dx of the sets ``chunk * lo`` to ``chunk * hi`` (as :func:`forward_sets`), and each
+    chunk ``k``'s sums of :math:`g\hat x` and :math:`g` per channel into ``parts[:, k]``
+    (``(2, chunks, G, C/G)``): gamma is constant over a channel's positions, so each sum over
+    the set is a sum over its channels of per-channel sums."""
+    sets, cg, p = x.shape
+    groups = w.shape[0]
+    for k in range(lo, hi):
+        for s in range(chunk * k, min(chunk * (k + 1), sets)):
+            m, ri, gi = mu[s], r[s], s % groups
+            sd = 0.0
+            sdx = 0.0
+            for c in range(cg):
+                sg = 0.0
+                sgx = 0.0
+                for j in range(p):
+                    gj = float(g[s, c, j])
+                    sg += gj
+                    sgx += gj * ((float(x[s, c, j]) - m) * ri)
+                parts[0, k, gi, c] += sgx                                       # dL/dgamma
+                parts[1, k, gi, c] += sg                                        # dL/dbeta
+                sd += w[gi, c] * sg
+                sdx += w[gi, c] * sgx
+            a = sdx / (cg * p)
+            cc = sd / (cg * p)
+            for c in range(cg):
+                q = w[gi, c]
+                for j in range(p):
+                    xh = (float(x[s, c, j]) - m) * ri
+                    dx[s, c, j] = ri * (float(g[s, c, j]) * q - cc - xh * a)
 
 
 _compiled: dict = {}
@@ -159,6 +220,36 @@ def _vector(t, n: int, fill: float):
     return t.detach().reshape(n).to(torch.float64).contiguous().numpy()
 
 
+def forward_groups(x3: torch.Tensor, eps: float, weight, bias, groups: int,
+                   y3: torch.Tensor):
+    """``y3`` from ``x3`` (``(N G, C/G, P)``, contiguous, on the CPU, in :data:`DTYPES`);
+    returns the float64 ``(3, N G)`` statistics: mean, variance, r."""
+    sets, cg, p = x3.shape
+    stats = torch.empty(3, sets, dtype=torch.float64)
+    chunk = _chunk(sets, cg * p)
+    shape = (groups, cg)
+    _run(_kernel(forward_sets), -(-sets // chunk), x3.detach().numpy(),
+         _vector(weight, groups * cg, 1.0).reshape(shape),
+         _vector(bias, groups * cg, 0.0).reshape(shape), float(eps), y3.numpy(),
+         stats.numpy(), chunk)
+    return stats
+
+
+def backward_groups(g3: torch.Tensor, x3: torch.Tensor, weight, groups: int, mu: torch.Tensor,
+                    r: torch.Tensor, dx3: torch.Tensor):
+    r"""``dx3`` from ``g3`` and ``x3`` (as :func:`forward_groups`), the float64 per-set ``mu``
+    and ``r``; returns the float64 ``(2, C)`` sums of :math:`g\hat x` and :math:`g` per
+    channel (dL/dgamma, dL/dbeta)."""
+    sets, cg, p = x3.shape
+    chunk = _chunk(sets, cg * p)
+    chunks = -(-sets // chunk)
+    parts = torch.zeros(2, chunks, groups, cg, dtype=torch.float64)
+    _run(_kernel(backward_sets), chunks, x3.detach().numpy(), g3.detach().numpy(),
+         _vector(weight, groups * cg, 1.0).reshape(groups, cg), mu.reshape(sets).numpy(),
+         r.reshape(sets).numpy(), dx3.numpy(), parts.numpy(), chunk)
+    return parts.sum(1).reshape(2, groups * cg)
+
+
 def forward(x2: torch.Tensor, eps: float, centered: bool, weight, bias, y2: torch.Tensor):
     """``y2`` (rows, n) from ``x2`` (rows, n, contiguous, on the CPU, in :data:`DTYPES`);
     returns the float64 ``(3, rows)`` statistics: mean, variance, r."""
@@ -172,8 +263,8 @@ def forward(x2: torch.Tensor, eps: float, centered: bool, weight, bias, y2: torc
 
 def backward(g2: torch.Tensor, x2: torch.Tensor, weight, mu: torch.Tensor, r: torch.Tensor,
              centered: bool, dx2: torch.Tensor):
-    """``dx2`` from ``g2`` and ``x2`` (rows, n, contiguous, in the same dtype), the float64
-    per-row ``mu`` and ``r``; returns the float64 ``(2, n)`` sums of :math:`g\\hat x` and
+    r"""``dx2`` from ``g2`` and ``x2`` (rows, n, contiguous, in the same dtype), the float64
+    per-row ``mu`` and ``r``; returns the float64 ``(2, n)`` sums of :math:`g\hat x` and
     :math:`g` over the rows (dL/dgamma, dL/dbeta)."""
     rows, n = x2.shape
     chunk = _chunk(rows, n)

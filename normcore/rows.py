@@ -192,17 +192,21 @@ def _by_loops(x: torch.Tensor) -> bool:
 
 
 def _forward_loops(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    """:func:`forward` by :func:`normcore.loops.forward`, with the same results: the float64
-    mean is kept as ``mu0`` (rounded) and ``delta`` (the rest), as the blocks keep it."""
+    """:func:`forward` by :func:`normcore.loops.forward`, with the same results."""
     n, sets = lay.set_size, lay.num_sets
     y = torch.empty(lay.shape, dtype=x.dtype)
-    mu, var, r = loops.forward(x.reshape(sets, n), eps, lay.centered, weight, bias,
-                               y.view(sets, n))
-    mu0 = mu.to(x.dtype)
-    kept = torch.stack([mu0, (mu - mu0.double()).to(x.dtype)]).view(2, sets, 1)
-    shape = lay.stat_shape
-    return (y, mu0.reshape(shape), var.to(x.dtype).reshape(shape),
-            r.to(x.dtype).reshape(shape), kept)
+    stats = loops.forward(x.reshape(sets, n), eps, lay.centered, weight, bias, y.view(sets, n))
+    return (y, *_loop_statistics(stats, x.dtype, lay.stat_shape))
+
+
+def _loop_statistics(stats: torch.Tensor, dtype: torch.dtype, shape):
+    """``(mean, var, inv_std, kept)`` from the float64 ``(3, sets)`` mean, variance and r of
+    :mod:`normcore.loops`: ``kept`` the mean as ``mu0`` (rounded) and ``delta`` (the rest),
+    as the blocks keep it (:func:`_shifts`)."""
+    mu, var, r = stats
+    mu0 = mu.to(dtype)
+    kept = torch.stack([mu0, (mu - mu0.double()).to(dtype)]).view(2, -1, 1)
+    return mu0.reshape(shape), var.to(dtype).reshape(shape), r.to(dtype).reshape(shape), kept
 
 
 def _backward_loops(g, x, kept, inv_std, weight, lay: Layout, need_x: bool, need_w: bool,

@@ -6,8 +6,9 @@ test file before).
 When /usr/bin/chromium is missing the browser tests skip, except under CI (CI=true), where
 they fail.
 
-One fixture of the package tests: `row_path`, which runs a LayerNorm test by each of the two
-row paths (normcore.loops' compiled kernels, normcore.rows' blocks of torch ops).
+One fixture of the package tests: `loops_or_blocks`, which runs a test of a large LayerNorm,
+RMSNorm, GroupNorm or InstanceNorm by each of its two paths (normcore.loops' compiled
+kernels; normcore.rows' and normcore.groups' blocks of torch ops).
 """
 
 from __future__ import annotations
@@ -84,10 +85,10 @@ def demo_site(tmp_path_factory):
 
 
 @pytest.fixture(params=["loops", "blocks"])
-def row_path(request, monkeypatch):
+def loops_or_blocks(request, monkeypatch):
     """The test twice: by normcore.loops' compiled kernels (numba is in requirements.txt, so
-    they must run here) and by normcore.rows' blocks of torch ops (``NORMCORE_NUMBA=0``, as
-    without numba)."""
+    they must run here) and by the blocks of torch ops (``NORMCORE_NUMBA=0``, as without
+    numba)."""
     from normcore import loops
     if request.param == "blocks":
         monkeypatch.setenv("NORMCORE_NUMBA", "0")

@@ -88,13 +88,20 @@ OPS["layer_norm"] = (lambda x, w, b: F.layer_norm(x, x.shape[-1:], w.repeat(x.sh
                     lambda x, w, b: TF.layer_norm(x, x.shape[-1:], w.repeat(x.shape[-1] // 16),
                                                   b.repeat(x.shape[-1] // 16)))
 # the small shape takes normcore.grad.Normalize's plain path, the large one normcore.rows
-SHAPES = {"small": (8, 16, 16, 16), "rows": (16, 16, 64, 64)}
+# (or normcore.groups): by normcore.loops' kernels, and without numba by blocks of torch ops
+SHAPES = {"small": (8, 16, 16, 16), "rows": (16, 16, 64, 64), "rows, no numba": (16, 16, 64, 64)}
+
+
+def _path(size, monkeypatch):
+    if size.endswith("no numba"):
+        monkeypatch.setenv("NORMCORE_NUMBA", "0")
 
 
 @pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("kind", ["big_mean", "near_const"])
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size):
+def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size, monkeypatch):
+    _path(size, monkeypatch)
     # before: 2-5x torch's error on y, dx and dgamma (the rounded mean shifted x_hat)
     ours, theirs = OPS[op]
     x = _x(SHAPES[size], kind)
@@ -104,7 +111,7 @@ def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size):
 
 @pytest.mark.parametrize("batch", [4, 16])
 @pytest.mark.parametrize("kind", ["normal", "big_mean"])
-def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch, row_path):
+def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch, loops_or_blocks):
     # before: 4x torch's error on y and dx with one set of 32 * 32 * 64 values
     # (vector_norm's float32 sum of squares); batch 16 takes normcore.rows
     x = _x((batch, 64, 32, 32), kind)
@@ -154,7 +161,8 @@ def test_instance_norm_hypothesis_case_under_generic_kernels():
 
 @pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_well_conditioned_within_four_roundings(op, size):
+def test_well_conditioned_within_four_roundings(op, size, monkeypatch):
+    _path(size, monkeypatch)
     ours, _ = OPS[op]
     x = _x(SHAPES[size], "normal")
     w, b = _affine(16)
@@ -196,7 +204,7 @@ REALISTIC = (32, 64, 32, 32)
 
 
 @pytest.mark.parametrize("op", ["batch_norm", "instance_norm", "group_norm"])
-def test_no_worse_than_torch_at_a_realistic_size(op):
+def test_no_worse_than_torch_at_a_realistic_size(op, loops_or_blocks):
     ours, theirs = OPS[op] if op != "group_norm" else (
         lambda x, w, b: F.group_norm(x, 8, w, b), lambda x, w, b: TF.group_norm(x, 8, w, b))
     x = _x(REALISTIC, "channels")
@@ -226,7 +234,7 @@ def test_batch_norm_train_no_worse_than_torch_on_five_seeds(kind, seed):
 # once: 0.47-0.77x).  Every case: 1.0.
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("op", ["instance_norm", "group_norm"])
-def test_instance_and_group_norm_no_worse_than_torch_on_five_seeds(op, seed):
+def test_instance_and_group_norm_no_worse_than_torch_on_five_seeds(op, seed, loops_or_blocks):
     ours, theirs = OPS[op] if op != "group_norm" else (
         lambda x, w, b: F.group_norm(x, 8, w, b), lambda x, w, b: TF.group_norm(x, 8, w, b))
     x = _x(REALISTIC, "channels", seed)
@@ -249,7 +257,7 @@ LN_LAST = (32, 256, 512)
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_layer_norm_over_the_last_dim_no_worse_than_torch_on_five_seeds(seed, row_path):
+def test_layer_norm_over_the_last_dim_no_worse_than_torch_on_five_seeds(seed, loops_or_blocks):
     generic = os.environ.get("ATEN_CPU_CAPABILITY") == "default"
     x = _x(LN_LAST, "channels", seed)
     w, b = _affine(LN_LAST[-1], seed)
@@ -282,7 +290,7 @@ def test_batch_norm_eval_no_worse_than_torch_on_five_seeds(seed):
                     errors(_bn_eval(TF.batch_norm), x, w, b, seed), margin=1.0, floor=0.0)
 
 
-def test_rms_norm_no_worse_than_torch_at_a_realistic_size():
+def test_rms_norm_no_worse_than_torch_at_a_realistic_size(loops_or_blocks):
     # eps given (by default it is the dtype's epsilon: float64 would be another function).
     # dx: 0.89x torch's with AVX-512; under the generic kernels both are 2.0 roundings (equal
     # to 3 digits): there, within 2.5 roundings, which is the smaller is the kernels' choice

@@ -1,5 +1,5 @@
 """The fast paths agree with the readable ones: LayerNorm and RMSNorm by blocks of rows or by
-compiled loops over each row (normcore.loops, numba: the `row_path` fixture of conftest.py
+compiled loops over each row (normcore.loops, numba: the `loops_or_blocks` fixture of conftest.py
 runs a test by each), and GroupNorm and InstanceNorm recomputing x - mu (normcore.rows),
 against core.normalize_formula, grad.boxed_backward and torch, on the shapes that select the
 paths and on shapes that do not; and outputs keep the memory format torch's do
@@ -66,7 +66,7 @@ ROW_CASES = [  # (norm, shape, normalized_ndim, affine): rows of 8, 12 and 35 el
 
 
 @pytest.mark.parametrize("norm, shape, k, affine", ROW_CASES)
-def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, row_path, norm, shape, k,
+def test_row_blocks_equal_the_formula_and_the_boxed_backward(small_blocks, loops_or_blocks, norm, shape, k,
                                                               affine):
     gen = torch.Generator().manual_seed(len(shape) * 11 + k)
     lay = axes.layout(norm, shape, normalized_ndim=k)
@@ -94,7 +94,7 @@ def test_row_blocks_one_pass_statistics_and_their_fallback(small_blocks, monkeyp
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
-def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, row_path, wanted):
+def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, loops_or_blocks, wanted):
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 6, 10, generator=gen, dtype=torch.float64)
     w = torch.rand(10, generator=gen, dtype=torch.float64) + 0.5
@@ -107,7 +107,7 @@ def test_row_blocks_give_only_the_gradients_asked_for(small_blocks, row_path, wa
     torch.testing.assert_close(got, ref)
 
 
-def test_row_blocks_are_twice_differentiable(small_blocks, row_path):
+def test_row_blocks_are_twice_differentiable(small_blocks, loops_or_blocks):
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
     w = (torch.rand(6, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
@@ -149,7 +149,7 @@ def test_batch_norm_and_inputs_made_non_contiguous_take_the_plain_path(small_blo
     torch.testing.assert_close(y, core.normalize_formula(xt, lay, 1e-5).output)
 
 
-def test_row_blocks_at_their_real_size_match_torch(row_path):
+def test_row_blocks_at_their_real_size_match_torch(loops_or_blocks):
     """Default thresholds: a (64, 16, 1024) input in blocks of 512 rows per thread."""
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(64, 16, 1024, generator=gen) * 2 + 3).requires_grad_(True)
@@ -180,7 +180,8 @@ GROUP_CASES = [("group", (3, 6, 5), 3), ("group", (2, 6, 3, 4), 2), ("group", (2
 
 @pytest.mark.parametrize("norm, shape, G", GROUP_CASES)
 @pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
-def test_group_path_equals_the_formula_and_the_boxed_backward(small_blocks, norm, shape, G, affine):
+def test_group_path_equals_the_formula_and_the_boxed_backward(small_blocks, loops_or_blocks, norm,
+                                                               shape, G, affine):
     gen = torch.Generator().manual_seed(len(shape) * 13 + (G or 0))
     lay = axes.layout(norm, shape, G)
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 2).requires_grad_(True)
@@ -189,7 +190,7 @@ def test_group_path_equals_the_formula_and_the_boxed_backward(small_blocks, norm
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias"])
-def test_group_path_gives_only_the_gradients_asked_for(small_blocks, wanted):
+def test_group_path_gives_only_the_gradients_asked_for(small_blocks, loops_or_blocks, wanted):
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(3, 6, 4, 5, generator=gen, dtype=torch.float64)
     w = torch.rand(6, generator=gen, dtype=torch.float64) + 0.5
@@ -202,7 +203,8 @@ def test_group_path_gives_only_the_gradients_asked_for(small_blocks, wanted):
     torch.testing.assert_close(got, ref)
 
 
-def test_group_path_is_twice_differentiable_and_matches_torch_in_bfloat16(small_blocks):
+def test_group_path_is_twice_differentiable_and_matches_torch_in_bfloat16(small_blocks,
+                                                                           loops_or_blocks):
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(2, 4, 3, 3, generator=gen, dtype=torch.float64, requires_grad=True)
     w = (torch.rand(4, generator=gen, dtype=torch.float64) + 0.5).requires_grad_(True)
@@ -316,7 +318,7 @@ def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine
 
 @pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("norm, G", [("group", 2), ("instance", None), ("batch", None)])
-def test_group_path_corrects_the_rounded_mean(small_blocks, fmt, norm, G):
+def test_group_path_corrects_the_rounded_mean(small_blocks, loops_or_blocks, fmt, norm, G):
     """float32 at |mu| = 300 sigma: the rounding error delta of the mean is taken into the
     small factors of the forward and the backward; with dy along x_hat (so that the
     backward's slope is large) leaving it out moved dx by 100 roundings."""
@@ -357,6 +359,7 @@ def _small_means(norm, shape, G, fmt, gen):
 def test_group_path_with_small_means_folds_the_mean(small_blocks, monkeypatch, norm, shape, G, fmt):
     """Sets whose mean is at most half their spread: the forward's one pass and the
     backward's folded mean, against the formula and the boxed backward."""
+    monkeypatch.setenv("NORMCORE_NUMBA", "0")           # the blocks' own steps
     if fmt == torch.channels_last and len(shape) != 4:
         pytest.skip("channels_last is 4-d")
     gen = torch.Generator().manual_seed(len(shape) * 19 + (G or 0))
@@ -379,6 +382,7 @@ def test_group_backward_dot_products_by_chunks(monkeypatch, norm, shape, G, used
     ``bmm`` of pairs of chunks, groups._row_dots): against the formula and the boxed
     backward; taken where the rows cut into pairs of chunks, and never on ``channels_last``
     memory, whose view ends in channels, not positions (there (2, 256, 2, 2) has 128)."""
+    monkeypatch.setenv("NORMCORE_NUMBA", "0")           # the blocks' own steps
     monkeypatch.setattr(rows, "MIN_ELEMENTS", 64)
     gen = torch.Generator().manual_seed(sum(shape))
     lay, x = _small_means(norm, shape, G, fmt, gen)
@@ -391,11 +395,13 @@ def test_group_backward_dot_products_by_chunks(monkeypatch, norm, shape, G, used
 
 @pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("norm, G", [("group", 2), ("instance", None)])
-def test_group_backward_takes_x_itself_in_the_sets_near_zero(small_blocks, fmt, norm, G):
+def test_group_backward_takes_x_itself_in_the_sets_near_zero(small_blocks, monkeypatch, fmt, norm,
+                                                             G):
     """Sets near 0 beside sets far from it (means 0 or 40 sigma): the backward
     subtracts 0 in the first (x itself) and mu0 in the others, and puts the rest of each
     mean into the small factors; against float64, every gradient within 4 roundings, and
     x - m is formed exactly where m = 0."""
+    monkeypatch.setenv("NORMCORE_NUMBA", "0")           # the blocks' own steps
     gen = torch.Generator().manual_seed(12)
     shape = (2, 4, 8, 8)
     loc = {"group": torch.tensor([0.0, 0.05, 40.0, 40.0]),        # GN: a group of each
@@ -430,7 +436,8 @@ def test_group_backward_takes_x_itself_in_the_sets_near_zero(small_blocks, fmt, 
 
 @pytest.mark.parametrize("norm, shape, G", [("group", (2, 4, 32, 32), 2), ("instance", (2, 3, 8, 8), None)])
 @pytest.mark.parametrize("means", ["small", "mixed", "large"])
-def test_contiguous_float32_groups_round_each_output_about_once(small_blocks, norm, shape, G, means):
+def test_contiguous_float32_groups_round_each_output_about_once(small_blocks, loops_or_blocks, norm,
+                                                                shape, G, means):
     """groups._precise_groups (contiguous float32 GN and IN, sets of 2048 by chunks, of 64
     exactly): means within half the spread (one pass), from 0 to 4 sigma per channel (both
     forms of core.affine_terms in one tensor), and 300 sigma (x - mu0 rounded once): the
