@@ -18,9 +18,9 @@ project.
 imports count too.  ``tests/test_packaging.py`` reads every module's imports and checks them
 against this list and the list against ``pyproject.toml``'s extra.
 
-:data:`OPTIONAL` lists the library's one optional import: :mod:`normcore.loops` compiles its
-row kernels with numba when it is installed (the extra ``normcore[fast]``, which the book's
-extra includes), and without it the library runs its torch code, as fast as before.
+:data:`OPTIONAL` lists the library's optional imports: :mod:`normcore.loops` compiles its
+kernels with numba (and NumPy) when they are installed (the extra ``normcore[fast]``, which
+the book's extra includes); without them the library runs its torch code instead.
 
 This module imports nothing from normcore (it sits above every layer).
 """
@@ -49,7 +49,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
 #: The library's modules that use a package when it is installed, and run without it; the
 #: extra ``normcore[fast]`` installs them.
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "normcore.loops": ("numba",),
+    "normcore.loops": ("numba", "numpy"),
 }
 
 

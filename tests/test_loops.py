@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as TF
 
 import normcore.functional as F
-from normcore import axes, loops, rows
+from normcore import axes, core, loops, rows
 
 
 def _case(rows_, n, dtype=torch.float64, seed=0):
@@ -86,16 +86,33 @@ def test_without_numba_the_blocks_run(monkeypatch):
     torch.testing.assert_close(F.layer_norm(x, (512,), w, b), want)
 
 
-@pytest.mark.parametrize("norm", ["layer", "rms"])
-def test_the_results_do_not_depend_on_the_thread_count(monkeypatch, norm):
-    """Every output bit for bit the same on 1, 2 and 3 threads: rows split among threads by
-    whole chunks, and the chunks' column sums added in one order."""
-    monkeypatch.setattr(loops, "CHUNK_ELEMENTS", 4096)     # 64 chunks of 8 rows
-    x, w, b, g = _case(512, 512, torch.float64, seed=2)     # float64: no rounding hides it
-    x = x.repeat(4, 1)                                       # past rows.MIN_ELEMENTS
-    g = g.repeat(4, 1)
-    op = {"layer": lambda x, w, b: F.layer_norm(x, (512,), w, b),
-          "rms": lambda x, w, b: F.rms_norm(x, (512,), w) + b}[norm]
+CL = torch.channels_last
+THREAD_CASES = {
+    "layer": ((2048, 512), lambda x, w, b: F.layer_norm(x, (512,), w, b)),
+    "rms": ((2048, 512), lambda x, w, b: F.rms_norm(x, (512,), w) + b),
+    "group": ((8, 16, 96, 96), lambda x, w, b: F.group_norm(x, 4, w, b)),
+    "group channels_last": ((8, 16, 96, 96), lambda x, w, b: F.group_norm(x.to(memory_format=CL), 4, w, b)),
+    "batch channels_last": ((8, 16, 96, 96), lambda x, w, b: F.batch_norm(
+        x.to(memory_format=CL), None, None, w, b, training=True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(THREAD_CASES))
+def test_the_results_do_not_depend_on_the_thread_count(monkeypatch, case):
+    """Every output bit for bit the same on 1, 2 and 3 threads: rows (sets, samples,
+    positions) split among threads by whole chunks, and the chunks' sums added in one order."""
+    monkeypatch.setattr(loops, "CHUNK_ELEMENTS", 4096)     # rows: 64 chunks of 8 rows
+    shape, op = THREAD_CASES[case]
+    gen = torch.Generator().manual_seed(2)                   # float64: no rounding hides it
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * 3 + 1.5
+    w = torch.rand(shape[-1] if len(shape) == 2 else shape[1], generator=gen,
+                   dtype=torch.float64) + 0.5
+    b = torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    g = torch.randn(shape, generator=gen, dtype=torch.float64)
+    calls = []
+    for name in ("forward", "forward_groups", "forward_positions"):
+        real = getattr(loops, name)
+        monkeypatch.setattr(loops, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
     before = torch.get_num_threads()
     got = []
     try:
@@ -106,9 +123,31 @@ def test_the_results_do_not_depend_on_the_thread_count(monkeypatch, norm):
             got.append((y, *torch.autograd.grad(y, leaves, g)))
     finally:
         torch.set_num_threads(before)
+    assert len(calls) == 3, calls                             # the compiled kernels ran
     for other in got[1:]:
         for a, c in zip(got[0], other):
             assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("norm", ["batch", "group"])
+def test_channels_last_takes_a_second_pass_where_the_first_cancels(monkeypatch, norm):
+    """On channels_last memory the first pass sums about each channel's first value, which
+    bounds the cancellation by the number of positions: with 16384 of them and that value
+    an outlier, a float64 variance would lose 4 digits; the channel is summed again about
+    its mean, and the output is within 1e-13 of the formula's (BN: the Python side's check,
+    one sample of every position; GN: the compiled per-sample kernel's)."""
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 64)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(1 if norm == "batch" else 2, 2, 128, 128, generator=gen, dtype=torch.float64)
+    x[:, 0, 0, 0] = 1e6
+    xc = x.contiguous(memory_format=CL)
+    lay = axes.layout(norm, x.shape, 1 if norm == "group" else None)
+    assert rows.applies(lay, xc)
+    op = (lambda t: F.batch_norm(t, None, None, training=True)) if norm == "batch" else (
+        lambda t: F.group_norm(t, 1))
+    ref = core.normalize_formula(x, lay, 1e-5).output
+    err = ((op(xc) - ref).abs().max() / ref.abs().max()).item()
+    assert err <= 1e-13, err
 
 
 def test_long_rows_take_few_chunks():

@@ -299,10 +299,11 @@ def test_group_norm_on_channels_last_equals_the_formula(shape, fmt, G, affine):
                                             ("instance", (2, 3, 4, 5), None),
                                             ("batch", (5, 3, 4, 2), None), ("batch", (2, 3, 2, 3, 4), None)])
 @pytest.mark.parametrize("affine", ["both", "none"])
-def test_group_path_on_channels_last_memory(small_blocks, norm, shape, G, affine):
+def test_group_path_on_channels_last_memory(small_blocks, loops_or_blocks, norm, shape, G, affine):
     """GN, IN and BN on a channels_last input run on the (N, P, G, C/G) view of its memory
-    (BN: (1, N P, C, 1)), in blocks of positions: the formula's output and statistics, the
-    boxed backward, and torch's memory formats."""
+    (BN: (1, N P, C, 1)), in blocks of positions (or, compiled, sample by sample and by
+    chunks of positions): the formula's output and statistics, the boxed backward, and
+    torch's memory formats."""
     gen = torch.Generator().manual_seed(len(shape) * 17 + (G or 0))
     fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     lay = axes.layout(norm, shape, G)
