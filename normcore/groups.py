@@ -317,12 +317,8 @@ def _backward_loops(g, x, kept, inv_std, weight, lay: Layout, grp: _Groups, need
 
 def _positions(t: torch.Tensor, grp: _Groups) -> torch.Tensor:
     """``t`` on ``channels_last`` memory as its ``(N, P, C)`` view (BatchNorm: ``(1, N P,
-    C)``), with no copy: samples, positions, channels."""
-    view = t.movedim(1, -1).reshape(grp.view[0], grp.view[1], -1)
-    if view.data_ptr() != t.data_ptr() or not view.is_contiguous():
-        raise RuntimeError(f"normcore.groups: a tensor of strides {t.stride()} is not "
-                           f"channels_last memory; the compiled kernels need its own memory")
-    return view
+    C)``), with no copy: :func:`normcore.loops.positions`."""
+    return loops.positions(t, grp.view[0])
 
 
 def _sample_blocks(v: torch.Tensor, grp: _Groups):

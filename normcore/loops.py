@@ -47,7 +47,8 @@ import torch
 
 __all__ = ["CHUNK_ELEMENTS", "available", "forward", "backward", "forward_groups",
            "backward_groups", "forward_positions", "backward_positions", "forward_rows",
-           "backward_rows", "forward_sets", "backward_sets", "position_sums", "position_affine"]
+           "backward_rows", "forward_sets", "backward_sets", "position_sums", "position_affine",
+           "backward_fixed", "fixed_backward", "positions"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
@@ -256,6 +257,21 @@ def position_affine(x, m, s, t, g, q, with_g, out, span, chunks, lo, hi):
                 out[n, p, c] = v
 
 
+def fixed_backward(x, g, m, q, dx, parts, span, lo, hi):
+    r"""BatchNorm and InstanceNorm with fixed statistics (eval mode) on ``channels_last``
+    memory, ``x`` and ``g`` of ``(1, P, C)``: over the jobs of :func:`position_sums`,
+    :math:`\partial L/\partial x = g\,q` (``q`` = gamma r) into ``dx``, and the sums per
+    channel of :math:`g\,(x - m)` and of :math:`g` into ``parts``: one pass over x and g."""
+    _, positions, channels = x.shape
+    for k in range(lo, hi):
+        for p in range(span * k, min(span * (k + 1), positions)):
+            for c in range(channels):
+                gv = float(g[0, p, c])
+                parts[0, k, c] += gv * (float(x[0, p, c]) - m[c])
+                parts[1, k, c] += gv
+                dx[0, p, c] = gv * q[c]
+
+
 _compiled: dict = {}
 _pool: list = []
 #: numpy, for the kernels' small per-channel arrays: imported with numba (:func:`available`)
@@ -441,6 +457,29 @@ def backward_positions(g3: torch.Tensor, x3: torch.Tensor, weight, per_group: in
     _run(_kernel(position_affine), N * chunks, xa, mu_c.numpy(), slope.numpy(), shift.numpy(),
          ga, q.numpy(), True, dx3.numpy(), span, chunks)
     return torch.stack([sgx.sum(0), sg.sum(0)])
+
+
+def positions(t: torch.Tensor, samples: int) -> torch.Tensor:
+    """``t`` on ``channels_last`` memory as its ``(samples, P, C)`` view: samples, positions,
+    channels (BatchNorm: one sample of every position), with no copy, so that a kernel can
+    write into it."""
+    view = t.movedim(1, -1).reshape(samples, -1, t.shape[1])
+    if view.data_ptr() != t.data_ptr() or not view.is_contiguous():
+        raise RuntimeError(f"normcore.loops: a tensor of strides {tuple(t.stride())} is not "
+                           f"channels_last memory; the compiled kernels write into its own")
+    return view
+
+
+def backward_fixed(g3: torch.Tensor, x3: torch.Tensor, mean: torch.Tensor, q: torch.Tensor,
+                   dx3: torch.Tensor):
+    r"""``dx3 = g3 q`` and the float64 ``(2, C)`` sums per channel of :math:`g\,(x - \mu)`
+    and :math:`g`, for ``x3``, ``g3`` of ``(1, P, C)`` (``channels_last`` memory as one
+    sample of every position), ``mean`` and ``q`` float64 ``(C,)``."""
+    span, chunks = _spans(x3)
+    parts = torch.zeros(2, chunks, x3.shape[2], dtype=torch.float64)
+    _run(_kernel(fixed_backward), chunks, x3.detach().numpy(), g3.detach().numpy(),
+         mean.contiguous().numpy(), q.contiguous().numpy(), dx3.numpy(), parts.numpy(), span)
+    return parts.sum(1)
 
 
 def forward(x2: torch.Tensor, eps: float, centered: bool, weight, bias, y2: torch.Tensor):

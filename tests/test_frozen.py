@@ -54,7 +54,7 @@ CASES = [((8, 16), None), ((8, 16, 7), None), ((4, 16, 5, 6), None),
 
 @pytest.mark.parametrize("shape, fmt", CASES)
 @pytest.mark.parametrize("mean_scale", [1.0, 300.0])
-def test_batch_norm_eval_matches_torch(shape, fmt, mean_scale):
+def test_batch_norm_eval_matches_torch(shape, fmt, mean_scale, loops_or_blocks):
     """y, dL/dx, dL/dgamma, dL/dbeta as torch's, with near-zero means (torch's form) and
     means far from 0 (x - mu first); the output keeps torch's memory format."""
     x, rm, rv, w, b = _inputs(shape, fmt, mean_scale=mean_scale)
@@ -159,7 +159,7 @@ def _errors(x, rm, rv, w, b, dy):
 @pytest.mark.parametrize("fmt", [None, torch.channels_last])
 @pytest.mark.parametrize("mean_scale", [1.0, 300.0])
 @pytest.mark.parametrize("seed", range(4))
-def test_rounding_against_torch(fmt, mean_scale, seed):
+def test_rounding_against_torch(fmt, mean_scale, seed, loops_or_blocks):
     """float32 against float64, beside torch's own error, over seeds; the upstream gradient
     in x's memory format (as a channels_last network passes it, and torch's fast kernels
     take it).
@@ -204,7 +204,7 @@ def _full_size_allocations(fn, x) -> int:
 
 
 @pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
-def test_two_full_size_tensors_as_torchs_kernel(fmt):
+def test_two_full_size_tensors_as_torchs_kernel(fmt, loops_or_blocks):
     """The output and the input's gradient, no more, as torch's kernel: the formula through
     autograd made four or five."""
     x, rm, rv, w, b = _inputs((8, 16, 32, 32), fmt)

@@ -184,3 +184,30 @@ def test_a_forked_child_runs_the_threaded_kernels(monkeypatch):
 def _layer_norm_in_child(x, w, b):
     torch.set_num_threads(2)
     return F.layer_norm(x, (512,), w, b).numpy().tobytes()   # not a tensor: no fd sharing
+
+
+@pytest.mark.parametrize("wanted", ["x", "weight", "bias", "all"])
+def test_eval_batch_norm_on_channels_last_and_on_a_slice_of_it(monkeypatch, wanted):
+    """BatchNorm in eval mode on channels_last memory: the backward's one compiled pass
+    (normcore.loops.backward_fixed) gives torch's gradients, only those asked for, also for
+    a slice of a channels_last tensor (channel-inner strides, not dense: x is copied, the
+    gradient is fresh)."""
+    calls = []
+    real = loops.backward_fixed
+    monkeypatch.setattr(loops, "backward_fixed", lambda *a: calls.append(1) or real(*a))
+    gen = torch.Generator().manual_seed(6)
+    full = torch.randn(4, 8, 10, 12, generator=gen, dtype=torch.float64).to(memory_format=CL)
+    rm, rv = torch.randn(8, dtype=torch.float64), torch.rand(8, dtype=torch.float64) + 0.5
+    w, b = torch.rand(8, dtype=torch.float64) + 0.5, torch.randn(8, dtype=torch.float64)
+    for x in (full, full[:, :, 2:7]):
+        leaves = {"x": x, "weight": w, "bias": b}
+        got, ref = [], []
+        for op, out in ((F.batch_norm, got), (TF.batch_norm, ref)):
+            ts = {k: v.detach().clone(memory_format=torch.preserve_format).requires_grad_(
+                wanted in (k, "all")) for k, v in leaves.items()}
+            y = op(ts["x"], rm, rv, ts["weight"], ts["bias"], False)
+            asked = [t for t in ts.values() if t.requires_grad]
+            out.extend(torch.autograd.grad(y, asked, torch.ones_like(y)))
+        for a, c in zip(got, ref):
+            torch.testing.assert_close(a, c)
+    assert len(calls) == 2
