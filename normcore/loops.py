@@ -291,8 +291,10 @@ def available() -> bool:
             import numba
             import numpy
         except ImportError:
-            numba = numpy = None
-        _compiled["numba"], np = numba, numpy
+            numba = None
+        else:
+            np = numpy
+        _compiled["numba"] = numba
     return _compiled["numba"] is not None
 
 

@@ -84,6 +84,7 @@ def test_without_numba_the_blocks_run(monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)           # `import numba` raises
     assert not loops.available()
     torch.testing.assert_close(F.layer_norm(x, (512,), w, b), want)
+    assert loops.np is not None      # numpy stays for the kernels compiled after (it was lost)
 
 
 CL = torch.channels_last

@@ -107,7 +107,9 @@ def test_the_wheel_declares_torch_alone_and_the_book_extra(wheel):
     requires = [Requirement(r) for r in meta.get_all("Requires-Dist")]
     plain = [r for r in requires if r.marker is None]
     assert [r.name for r in plain] == ["torch"], plain
-    assert set(meta.get_all("Provides-Extra")) == {"book", "data"}
+    assert set(meta.get_all("Provides-Extra")) == {"book", "data", "fast"}
+    fast = {_key(r.name) for r in requires if r.marker and r.marker.evaluate({"extra": "fast"})}
+    assert fast == {"numba", "numpy"}, fast
     book = {_key(r.name) for r in requires if r.marker and r.marker.evaluate({"extra": "book"})}
     assert {"matplotlib", "ipywidgets", "scipy", "nbformat", "normcore"} <= book, book
     summary = meta["Summary"]
@@ -175,6 +177,14 @@ CHECK = textwrap.dedent(r'''
              tnn.InstanceNorm2d(3, affine=True, track_running_stats=True).double(),
              (2, 3, 4, 4)),
     ]
+
+    # without numba (normcore[fast]) a large LayerNorm and GroupNorm run by torch ops
+    from normcore import loops
+    assert not loops.available()
+    x = torch.randn(64, 128, 128)
+    for ours, theirs in ((nn.LayerNorm(128), tnn.LayerNorm(128)),
+                         (nn.GroupNorm(4, 128), tnn.GroupNorm(4, 128))):
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
 
     # every module: imports, or fails with the ImportError that names the extra
     def names_the_extra(err):
