@@ -32,7 +32,7 @@ gradient reaches the running statistics, as in torch (``running_mean`` and
 ``running_var`` are not differentiable inputs of ``batch_norm``).
 
 On ``channels_last`` memory, with numba installed, the backward is one compiled pass over x
-and g (:func:`normcore.loops.backward_fixed`: dx in float64 rounded once, the two sums in
+and g (:func:`normcore.positions.backward_fixed`: dx in float64 rounded once, the two sums in
 float64): BN eval fwd+bwd at (32, 64, 32, 32), one thread, 1.1x torch's time where the
 torch ops below take 1.9-2.1x.
 """
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from . import loops
+from . import loops, positions
 from .axes import Layout
 from .core import (NEAR_ZERO, PositionalApply, affine_terms, compute_dtype, output_format,
                    scale_and_shift, writes_in_place)
@@ -223,20 +223,21 @@ class FixedStatistics(PositionalApply, torch.autograd.Function):
 
 
 def _by_loops(x: torch.Tensor) -> bool:
-    """Whether :func:`normcore.loops.backward_fixed` takes the backward: numba is there, and x
+    """Whether :func:`normcore.positions.backward_fixed` takes the backward: numba is there, and x
     is float32 or float64 on the CPU."""
     return x.device.type == "cpu" and x.dtype in loops.DTYPES and loops.available()
 
 
 def _backward_loops(ctx, gv, x, mean, r, s, need_x: bool, need_w: bool, need_b: bool, fmt):
     """The backward on ``channels_last`` memory in one compiled pass over x and g
-    (:func:`normcore.loops.backward_fixed`): dx in float64 rounded once, the sums in
+    (:func:`normcore.positions.backward_fixed`): dx in float64 rounded once, the sums in
     float64."""
     C = x.shape[1]
     dx = torch.empty_like(x, memory_format=fmt)
     x3 = x.movedim(1, -1).reshape(1, -1, C)         # a copy if x is not channels_last itself
-    sums = loops.backward_fixed(loops.positions(gv.to(x.dtype), 1), x3.contiguous(),
-                                mean.double().reshape(C), s.reshape(C), loops.positions(dx, 1))
+    sums = positions.backward_fixed(positions.as_positions(gv.to(x.dtype), 1), x3.contiguous(),
+                                    mean.double().reshape(C), s.reshape(C),
+                                    positions.as_positions(dx, 1))
     dw = (sums[0] * r.flatten()).to(ctx.saved_tensors[3].dtype) if need_w else None
     db = sums[1].to(ctx.bias_dtype) if need_b else None
     return dx if need_x else None, None, None, dw, db, None, None

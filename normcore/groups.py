@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import loops, rows
+from . import loops, positions, rows
 from .axes import Layout
 from .core import (FUSED_MULTIPLY_ADD, Normalized, affine_terms, apply_affine_terms,
                    compute_dtype, inverse_std, output_format, scale_and_shift)
@@ -127,7 +127,7 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
             stats = loops.forward_groups(x.reshape(N * G, Cg, P), eps, weight, bias, G,
                                          y.view(N * G, Cg, P))
         else:                                       # channels_last: by positions
-            stats = loops.forward_positions(_positions(x, grp), eps, weight, bias,
+            stats = positions.forward_positions(_positions(x, grp), eps, weight, bias,
                                             grp.view[3], _positions(y, grp))
         return (y, *rows._loop_statistics(stats, x.dtype, lay.stat_shape))
     n = grp.n
@@ -306,7 +306,7 @@ def _backward_loops(g, x, kept, inv_std, weight, lay: Layout, grp: _Groups, need
                                      dx.view(N * G, Cg, P))
     else:                                           # channels_last: by positions
         g = g.contiguous(memory_format=rows._memory_format(x))
-        sums = loops.backward_positions(_positions(g, grp),
+        sums = positions.backward_positions(_positions(g, grp),
                                         _positions(x, grp), weight, grp.view[3], mu, r,
                                         _positions(dx, grp))
     shape = lay.affine_shape
@@ -317,8 +317,8 @@ def _backward_loops(g, x, kept, inv_std, weight, lay: Layout, grp: _Groups, need
 
 def _positions(t: torch.Tensor, grp: _Groups) -> torch.Tensor:
     """``t`` on ``channels_last`` memory as its ``(N, P, C)`` view (BatchNorm: ``(1, N P,
-    C)``), with no copy: :func:`normcore.loops.positions`."""
-    return loops.positions(t, grp.view[0])
+    C)``), with no copy: :func:`normcore.positions.as_positions`."""
+    return positions.as_positions(t, grp.view[0])
 
 
 def _sample_blocks(v: torch.Tensor, grp: _Groups):

@@ -1,6 +1,6 @@
 r"""LayerNorm and RMSNorm over the rows of a ``(sets, |S|)`` view, and GroupNorm and
 InstanceNorm over the sets of a contiguous input, one row (set) at a time: the formula as
-three loops over it; GroupNorm, InstanceNorm and BatchNorm on ``channels_last`` memory by
+two loops over it (both sums, then the output); GroupNorm, InstanceNorm and BatchNorm on ``channels_last`` memory by
 samples or chunks of positions (:func:`forward_positions`).  Compiled by numba when it is
 installed (the extra ``normcore[fast]``; without it :mod:`normcore.rows` and
 :mod:`normcore.groups` run their blocks of torch ops).
@@ -22,7 +22,11 @@ they release the GIL, and :func:`forward` and :func:`backward` (:func:`forward_g
 chunks of about :data:`CHUNK_ELEMENTS`, whose column sums (dgamma, dbeta) are added in a
 fixed order: the results do not depend on the number of threads.
 
-Forward, for each row :math:`x` of :math:`n` values (:math:`\mu = 0` for RMSNorm):
+Forward, for each row :math:`x` of :math:`n` values (:math:`\mu = 0` for RMSNorm), the
+sums of :math:`x - k` and :math:`(x - k)^2` in one pass, about the row's first value
+:math:`k` (then :math:`\sum (x-k)^2 \le (n+1) \sum (x-\mu)^2`: the variance loses at most
+:math:`\log_{10}(n+1)` of float64's 16 digits; past :data:`ONE_PASS_RATIO` the sums are
+taken again about the mean), which give:
 
 .. math::
 
@@ -45,19 +49,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["CHUNK_ELEMENTS", "available", "forward", "backward", "forward_groups",
-           "backward_groups", "forward_positions", "backward_positions", "forward_rows",
-           "backward_rows", "forward_sets", "backward_sets", "position_sums", "position_affine",
-           "backward_fixed", "fixed_backward", "positions"]
+__all__ = ["CHUNK_ELEMENTS", "ONE_PASS_RATIO", "DTYPES", "available", "forward", "backward",
+           "forward_groups", "backward_groups", "forward_rows", "backward_rows", "forward_sets",
+           "backward_sets"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
 #: at most this much memory for the backward's column sums per chunk (a long row, as in a
 #: LayerNorm over (C, H, W), makes bigger chunks: 32 rows of 65536 values, 4 chunks)
 PARTS_BYTES = 1 << 22
-#: a channel is taken in two passes (about the first position's value, then the mean) when
-#: the first pass's sum of squares is more than this times the sum of squared deviations:
-#: the one pass then loses more than 4 of float64's 16 digits to cancellation
+#: a row (set, channel) is summed twice (about its first value, then about its mean) when the
+#: first pass's sum of squares is more than this times the sum of squared deviations: the
+#: one pass then loses more than 4 of float64's 16 digits to cancellation
 ONE_PASS_RATIO = 1e4
 #: the dtypes the compiled kernels read (a half-precision x takes :mod:`normcore.rows`' blocks)
 DTYPES = (torch.float32, torch.float64)
@@ -68,17 +71,22 @@ def forward_rows(x, w, b, eps, centered, y, stats, chunk, lo, hi):
     ``stats[0]`` the mean, ``stats[1]`` the variance, ``stats[2]`` r, in float64."""
     rows, n = x.shape
     for i in range(chunk * lo, min(chunk * hi, rows)):
-        mu = 0.0
-        if centered:
-            s = 0.0
+        # one pass for both sums, about the row's first value k0 (0 for RMSNorm): then
+        # sum (x - k0)^2 is at most n + 1 times n sigma^2, and the variance loses at most
+        # log10(n + 1) of float64's 16 digits; past ONE_PASS_RATIO, again about the mean
+        k0 = float(x[i, 0]) if centered else 0.0
+        for attempt in range(2):
+            t = 0.0
+            q = 0.0
             for j in range(n):
-                s += float(x[i, j])
-            mu = s / n                                                          # (1)
-        q = 0.0
-        for j in range(n):
-            c = float(x[i, j]) - mu
-            q += c * c
-        var = q / n                                                             # (2)
+                d = float(x[i, j]) - k0
+                t += d
+                q += d * d
+            if not centered or q <= ONE_PASS_RATIO * (q - t * t / n) or attempt == 1:
+                break
+            k0 += t / n
+        mu = k0 + t / n if centered else 0.0                                    # (1)
+        var = max(q - t * t / n, 0.0) / n if centered else q / n                # (2)
         r = 1.0 / math.sqrt(var + eps)                                          # (3)
         for j in range(n):
             y[i, j] = (float(x[i, j]) - mu) * r * w[j] + b[j]                   # (4)-(5)
@@ -116,18 +124,22 @@ def forward_sets(x, w, b, eps, y, stats, chunk, lo, hi):
     ``y``, with gamma and beta ``(G, C/G)``; per set the mean, variance and r into ``stats``."""
     sets, cg, p = x.shape
     groups = w.shape[0]
+    n = cg * p
     for s in range(chunk * lo, min(chunk * hi, sets)):
-        t = 0.0
-        for c in range(cg):
-            for j in range(p):
-                t += float(x[s, c, j])
-        mu = t / (cg * p)                                                       # (1)
-        q = 0.0
-        for c in range(cg):
-            for j in range(p):
-                d = float(x[s, c, j]) - mu
-                q += d * d
-        var = q / (cg * p)                                                      # (2)
+        k0 = float(x[s, 0, 0])          # the sums about the set's first value (forward_rows)
+        for attempt in range(2):
+            t = 0.0
+            q = 0.0
+            for c in range(cg):
+                for j in range(p):
+                    d = float(x[s, c, j]) - k0
+                    t += d
+                    q += d * d
+            if q <= ONE_PASS_RATIO * (q - t * t / n) or attempt == 1:
+                break
+            k0 += t / n                                       # about the mean, again
+        mu = k0 + t / n                                                         # (1)
+        var = max(q - t * t / n, 0.0) / n                                       # (2)
         r = 1.0 / math.sqrt(var + eps)                                          # (3)
         for c in range(cg):
             a = r * w[s % groups, c]
@@ -168,113 +180,10 @@ def backward_sets(x, g, w, mu, r, dx, parts, chunk, lo, hi):
                     dx[s, c, j] = ri * (float(g[s, c, j]) * q - cc - xh * a)
 
 
-def position_sums(x, m, g, with_g, parts, span, lo, hi):
-    r"""``channels_last`` memory, ``x`` of ``(N, P, C)``: for each job ``t`` of ``lo`` to ``hi``
-    (sample ``t // K``, its positions ``span * (t % K)`` onward, ``K = parts.shape[2]``), the
-    sums per channel of :math:`x - m` and of its square into ``parts[:, n, k]``; or, with
-    ``with_g``, of :math:`g\,(x - m)` and of :math:`g` (the backward's)."""
-    _, positions, channels = x.shape
-    chunks = parts.shape[2]
-    for t in range(lo, hi):
-        n, k = t // chunks, t % chunks
-        for p in range(span * k, min(span * (k + 1), positions)):
-            for c in range(channels):
-                d = float(x[n, p, c]) - m[n, c]
-                if with_g:
-                    gv = float(g[n, p, c])
-                    parts[0, n, k, c] += gv * d
-                    parts[1, n, k, c] += gv
-                else:
-                    parts[0, n, k, c] += d
-                    parts[1, n, k, c] += d * d
-
-
-def sample_forward(x, w, b, eps, per_group, y, stats, lo, hi):
-    """``channels_last`` memory, ``x`` of ``(N, P, C)``: samples ``lo`` to ``hi`` normalized
-    into ``y``, each while it is in cache (GroupNorm, InstanceNorm); sets of ``per_group``
-    consecutive channels; per set the mean, variance and r into ``stats``.  The sums per
-    channel about its first position's value, again about the channel's mean where that
-    cancelled too much (:data:`ONE_PASS_RATIO`), then each set's from its channels'."""
-    _, positions, channels = x.shape
-    groups = channels // per_group
-    for n in range(lo, hi):
-        m = np.empty(channels)          # per channel: the shift, the two sums, the factors
-        s1 = np.empty(channels)
-        s2 = np.empty(channels)
-        scale = np.empty(channels)
-        center = np.empty(channels)
-        for c in range(channels):
-            m[c] = x[n, 0, c]
-        for attempt in range(2):
-            s1[:] = 0.0
-            s2[:] = 0.0
-            for p in range(positions):
-                for c in range(channels):
-                    d = float(x[n, p, c]) - m[c]
-                    s1[c] += d
-                    s2[c] += d * d
-            again = False
-            for c in range(channels):
-                if s2[c] > ONE_PASS_RATIO * (s2[c] - s1[c] * s1[c] / positions):
-                    again = True
-            if not again or attempt == 1:
-                break
-            for c in range(channels):
-                m[c] += s1[c] / positions                          # about the mean, again
-        for gi in range(groups):
-            mu = 0.0
-            for c in range(gi * per_group, (gi + 1) * per_group):
-                mu += m[c] + s1[c] / positions
-            mu /= per_group                                                     # (1)
-            q = 0.0
-            for c in range(gi * per_group, (gi + 1) * per_group):
-                e = m[c] + s1[c] / positions - mu
-                q += s2[c] - s1[c] * s1[c] / positions + positions * e * e
-            var = q / (positions * per_group)                                   # (2)
-            r = 1.0 / math.sqrt(var + eps)                                      # (3)
-            for c in range(gi * per_group, (gi + 1) * per_group):
-                scale[c] = r * w[c]
-                center[c] = mu
-            stats[0, n * groups + gi] = mu
-            stats[1, n * groups + gi] = var
-            stats[2, n * groups + gi] = r
-        for p in range(positions):
-            for c in range(channels):
-                y[n, p, c] = (float(x[n, p, c]) - center[c]) * scale[c] + b[c]  # (4)-(5)
-
-
-def position_affine(x, m, s, t, g, q, with_g, out, span, chunks, lo, hi):
-    """``out = (x - m) s + t`` (and ``+ g q`` with ``with_g``), with ``m``, ``s``, ``t``, ``q``
-    one value per sample and channel, ``(N, C)``, over the jobs of :func:`position_sums`."""
-    _, positions, channels = x.shape
-    for job in range(lo, hi):
-        n, k = job // chunks, job % chunks
-        for p in range(span * k, min(span * (k + 1), positions)):
-            for c in range(channels):
-                v = (float(x[n, p, c]) - m[n, c]) * s[n, c] + t[n, c]
-                if with_g:
-                    v += float(g[n, p, c]) * q[n, c]
-                out[n, p, c] = v
-
-
-def fixed_backward(x, g, m, q, dx, parts, span, lo, hi):
-    r"""BatchNorm and InstanceNorm with fixed statistics (eval mode) on ``channels_last``
-    memory, ``x`` and ``g`` of ``(1, P, C)``: over the jobs of :func:`position_sums`,
-    :math:`\partial L/\partial x = g\,q` (``q`` = gamma r) into ``dx``, and the sums per
-    channel of :math:`g\,(x - m)` and of :math:`g` into ``parts``: one pass over x and g."""
-    _, positions, channels = x.shape
-    for k in range(lo, hi):
-        for p in range(span * k, min(span * (k + 1), positions)):
-            for c in range(channels):
-                gv = float(g[0, p, c])
-                parts[0, k, c] += gv * (float(x[0, p, c]) - m[c])
-                parts[1, k, c] += gv
-                dx[0, p, c] = gv * q[c]
-
-
 _compiled: dict = {}
 _pool: list = []
-#: numpy, for the kernels' small per-channel arrays: imported with numba (:func:`available`)
+#: numpy, imported with numba (:func:`available`): :mod:`normcore.positions`' kernels make
+#: small per-channel arrays with it
 np: Any = None
 # a forked child (a DataLoader worker) has none of the pool's threads: it makes its own
 os.register_at_fork(after_in_child=_pool.clear)
@@ -302,11 +211,12 @@ def _kernel(func):
     """``func`` compiled: without the GIL, cached on disk, and with the sums reassociated so
     that they vectorize (float64 sums of at most a few thousand values: the order changes
     them by far less than a float32 rounding)."""
-    if func.__name__ not in _compiled:
+    key = f"{func.__module__}.{func.__name__}"
+    if key not in _compiled:
         numba = _compiled["numba"]
-        _compiled[func.__name__] = numba.njit(nogil=True, cache=True, error_model="numpy",
-                                              fastmath={"reassoc", "nsz"})(func)
-    return _compiled[func.__name__]
+        _compiled[key] = numba.njit(nogil=True, cache=True, error_model="numpy",
+                                    fastmath={"reassoc", "nsz"})(func)
+    return _compiled[key]
 
 
 def _run(kernel, chunks: int, *args) -> None:
@@ -367,121 +277,6 @@ def backward_groups(g3: torch.Tensor, x3: torch.Tensor, weight, groups: int, mu:
          _vector(weight, groups * cg, 1.0).reshape(groups, cg), mu.reshape(sets).numpy(),
          r.reshape(sets).numpy(), dx3.numpy(), parts.numpy(), chunk)
     return parts.sum(1).reshape(2, groups * cg)
-
-
-def _spans(x3: torch.Tensor) -> tuple[int, int]:
-    """``(positions per job, jobs per sample)`` of a ``(N, P, C)`` view: about
-    :data:`CHUNK_ELEMENTS` per job, at least one position."""
-    _, positions, channels = x3.shape
-    span = max(1, CHUNK_ELEMENTS // max(channels, 1))
-    return span, -(-positions // span)
-
-
-def _position_moments(x3, m, span: int, chunks: int):
-    """Per sample and channel, float64 ``(N, C)``: the sum of :math:`x - m` and of its square."""
-    N, _, C = x3.shape
-    parts = torch.zeros(2, N, chunks, C, dtype=torch.float64)
-    xa = x3.detach().numpy()
-    _run(_kernel(position_sums), N * chunks, xa, m.numpy(), xa, False, parts.numpy(), span)
-    return parts.sum(2)
-
-
-def forward_positions(x3: torch.Tensor, eps: float, weight, bias, per_group: int,
-                      y3: torch.Tensor):
-    r"""GroupNorm, InstanceNorm and BatchNorm on ``channels_last`` memory: ``y3`` from ``x3``
-    (``(N, P, C)``, contiguous: samples, positions, channels; BatchNorm is one sample of every
-    position), with sets of ``per_group`` consecutive channels of a sample; returns the
-    float64 ``(3, N G)`` statistics.  Two passes over x: the sums per channel about the first
-    position's value (so that a large mean cancels in float64, not in the sum), from which
-    each channel's mean and squared deviations, combined exactly into each set's (a channel
-    taken again about its mean where the first pass cancelled too much,
-    :data:`ONE_PASS_RATIO`); then the output."""
-    N, P, C = x3.shape
-    G = C // per_group
-    if N > 1:                 # GN, IN: sample by sample (by N alone: the same on any threads)
-        stats = torch.empty(3, N * G, dtype=torch.float64)
-        _run(_kernel(sample_forward), N, x3.detach().numpy(), _vector(weight, C, 1.0),
-             _vector(bias, C, 0.0), float(eps), per_group, y3.numpy(), stats.numpy())
-        return stats
-    span, chunks = _spans(x3)
-    m = x3[:, 0, :].double()
-    s1, s2 = _position_moments(x3, m, span, chunks)
-    dev = s2 - s1 * s1 / P                                       # per channel, about its mean
-    if not bool(((s2 <= ONE_PASS_RATIO * dev) | (s2 == 0)).all()):
-        m = m + s1 / P                                           # again, about the mean
-        s1, s2 = _position_moments(x3, m, span, chunks)
-        dev = s2 - s1 * s1 / P
-    means = (m + s1 / P).view(N, G, per_group)
-    mu = means.mean(2)                                                          # (1)
-    spread = ((means - mu[:, :, None]) ** 2).sum(2) * P
-    var = (dev.view(N, G, per_group).sum(2) + spread) / (P * per_group)         # (2)
-    r = 1.0 / torch.sqrt(var + eps)                                             # (3)
-    w = torch.from_numpy(_vector(weight, C, 1.0))
-    scale = (r[:, :, None] * w.view(G, per_group)).reshape(N, C)
-    shift = torch.from_numpy(_vector(bias, C, 0.0)).expand(N, C).contiguous()
-    xa = x3.detach().numpy()
-    _run(_kernel(position_affine), N * chunks, xa, _expand(mu, per_group).numpy(),
-         scale.numpy(), shift.numpy(), xa, scale.numpy(), False, y3.numpy(), span,
-         chunks)                                                                # (4)-(5)
-    return torch.stack([mu.reshape(-1), var.reshape(-1), r.reshape(-1)])
-
-
-def _expand(t: torch.Tensor, per_group: int) -> torch.Tensor:
-    """A value per sample and set ``(N, G)`` as one per sample and channel ``(N, C)``."""
-    return t.repeat_interleave(per_group, dim=1).contiguous()
-
-
-def backward_positions(g3: torch.Tensor, x3: torch.Tensor, weight, per_group: int,
-                       mu: torch.Tensor, r: torch.Tensor, dx3: torch.Tensor):
-    r"""``dx3`` from ``g3`` and ``x3`` (as :func:`forward_positions`), the float64 per-set
-    ``mu`` and ``r``; returns the float64 ``(2, C)`` sums of :math:`g\hat x` and :math:`g`.
-    Two passes: per sample and channel :math:`\sum g\,(x - \mu)` and :math:`\sum g`; then
-    :math:`\partial L/\partial x = g\,\gamma r - (x - \mu)\,r^2 \sum_S d\hat x / n - r
-    \sum_S d / n`, with :math:`d = g\gamma` and the sums over each set from the first
-    pass's."""
-    N, P, C = x3.shape
-    G = C // per_group
-    span, chunks = _spans(x3)
-    mu_c = _expand(mu.reshape(N, G), per_group)
-    r_c = _expand(r.reshape(N, G), per_group)
-    parts = torch.zeros(2, N, chunks, C, dtype=torch.float64)
-    xa, ga = x3.detach().numpy(), g3.detach().numpy()
-    _run(_kernel(position_sums), N * chunks, xa, mu_c.numpy(), ga, True, parts.numpy(), span)
-    sgc, sg = parts.sum(2)
-    sgx = sgc * r_c                                                   # sum_P g x_hat
-    w = torch.from_numpy(_vector(weight, C, 1.0))
-    n = P * per_group
-    sd = _expand((sg * w).view(N, G, per_group).sum(2), per_group)          # sum_S d
-    sdx = _expand((sgx * w).view(N, G, per_group).sum(2), per_group)       # sum_S d x_hat
-    slope = (-r_c * r_c * sdx / n).contiguous()
-    shift = (-r_c * sd / n).contiguous()
-    q = (r_c * w).contiguous()
-    _run(_kernel(position_affine), N * chunks, xa, mu_c.numpy(), slope.numpy(), shift.numpy(),
-         ga, q.numpy(), True, dx3.numpy(), span, chunks)
-    return torch.stack([sgx.sum(0), sg.sum(0)])
-
-
-def positions(t: torch.Tensor, samples: int) -> torch.Tensor:
-    """``t`` on ``channels_last`` memory as its ``(samples, P, C)`` view: samples, positions,
-    channels (BatchNorm: one sample of every position), with no copy, so that a kernel can
-    write into it."""
-    view = t.movedim(1, -1).reshape(samples, -1, t.shape[1])
-    if view.data_ptr() != t.data_ptr() or not view.is_contiguous():
-        raise RuntimeError(f"normcore.loops: a tensor of strides {tuple(t.stride())} is not "
-                           f"channels_last memory; the compiled kernels write into its own")
-    return view
-
-
-def backward_fixed(g3: torch.Tensor, x3: torch.Tensor, mean: torch.Tensor, q: torch.Tensor,
-                   dx3: torch.Tensor):
-    r"""``dx3 = g3 q`` and the float64 ``(2, C)`` sums per channel of :math:`g\,(x - \mu)`
-    and :math:`g`, for ``x3``, ``g3`` of ``(1, P, C)`` (``channels_last`` memory as one
-    sample of every position), ``mean`` and ``q`` float64 ``(C,)``."""
-    span, chunks = _spans(x3)
-    parts = torch.zeros(2, chunks, x3.shape[2], dtype=torch.float64)
-    _run(_kernel(fixed_backward), chunks, x3.detach().numpy(), g3.detach().numpy(),
-         mean.contiguous().numpy(), q.contiguous().numpy(), dx3.numpy(), parts.numpy(), span)
-    return parts.sum(1)
 
 
 def forward(x2: torch.Tensor, eps: float, centered: bool, weight, bias, y2: torch.Tensor):

@@ -1,8 +1,10 @@
-"""normcore.loops: the compiled row kernels are the Python loops they are written as, take
-LayerNorm and RMSNorm when numba is there and only then, give results that do not depend on
-the number of threads, and keep their column sums small on long rows.  (Against the formula,
-the boxed backward and torch: tests/test_speed_paths.py, with the `row_path` fixture; their
-accuracy against torch's: tests/test_accuracy.py.)"""
+"""normcore.loops and normcore.positions: the compiled kernels are the Python loops they are
+written as, take LayerNorm, RMSNorm, GroupNorm, InstanceNorm and channels_last BatchNorm when
+numba is there and only then, give results that do not depend on the number of threads,
+take a second pass where the first cancels, and keep their column sums small on long rows.
+(Against the formula, the boxed backward and torch: tests/test_speed_paths.py and
+tests/test_frozen.py, with the `loops_or_blocks` fixture; their accuracy against torch's:
+tests/test_accuracy.py.)"""
 from __future__ import annotations
 
 import sys
@@ -12,7 +14,7 @@ import torch
 import torch.nn.functional as TF
 
 import normcore.functional as F
-from normcore import axes, core, loops, rows
+from normcore import axes, core, loops, positions, rows
 
 
 def _case(rows_, n, dtype=torch.float64, seed=0):
@@ -111,9 +113,10 @@ def test_the_results_do_not_depend_on_the_thread_count(monkeypatch, case):
     b = torch.randn(w.shape, generator=gen, dtype=torch.float64)
     g = torch.randn(shape, generator=gen, dtype=torch.float64)
     calls = []
-    for name in ("forward", "forward_groups", "forward_positions"):
-        real = getattr(loops, name)
-        monkeypatch.setattr(loops, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
+    for module, name in ((loops, "forward"), (loops, "forward_groups"),
+                         (positions, "forward_positions")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
     before = torch.get_num_threads()
     got = []
     try:
@@ -130,72 +133,47 @@ def test_the_results_do_not_depend_on_the_thread_count(monkeypatch, case):
             assert torch.equal(a, c)
 
 
-@pytest.mark.parametrize("norm", ["batch", "group"])
-def test_channels_last_takes_a_second_pass_where_the_first_cancels(monkeypatch, norm):
-    """On channels_last memory the first pass sums about each channel's first value, which
-    bounds the cancellation by the number of positions: with 16384 of them and that value
-    an outlier, a float64 variance would lose 4 digits; the channel is summed again about
-    its mean, and the output is within 1e-13 of the formula's (BN: the Python side's check,
-    one sample of every position; GN: the compiled per-sample kernel's)."""
+SECOND_PASS = {   # (norm, shape, G, memory format): 65536 values per set (BN: per channel)
+    "batch channels_last": ("batch", (1, 4, 128, 128), None, CL),
+    "group channels_last": ("group", (2, 4, 128, 128), 1, CL),
+    "group": ("group", (2, 4, 128, 128), 1, torch.contiguous_format),
+    "layer": ("layer", (3, 65536), None, torch.contiguous_format),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SECOND_PASS))
+def test_a_second_pass_where_the_first_cancels(monkeypatch, case):
+    """The first pass sums about each set's (channel's) first value, which bounds the
+    cancellation by the number of values: with 65536 of them and that value an outlier, the
+    float64 output was 2e-11 to 9e-11 off; summed again about the mean, within 5e-15 of the
+    formula's, here 1e-13 (BN: the Python side's check, one sample of every position; GN on
+    channels_last: the per-sample kernel's; GN and LN: the kernels' over each set and row;
+    through Normalize: float64 GN without a gradient keeps the formula's path)."""
+    norm, shape, G, fmt = SECOND_PASS[case]
     monkeypatch.setattr(rows, "MIN_ELEMENTS", 64)
     gen = torch.Generator().manual_seed(5)
-    x = torch.randn(1 if norm == "batch" else 2, 2, 128, 128, generator=gen, dtype=torch.float64)
-    x[:, 0, 0, 0] = 1e6
-    xc = x.contiguous(memory_format=CL)
-    lay = axes.layout(norm, x.shape, 1 if norm == "group" else None)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    x[(slice(None),) + (0,) * (len(shape) - 1)] = 1e6     # each set's first value
+    xc = x.contiguous(memory_format=fmt)
+    lay = axes.layout(norm, shape, G, 1 if norm == "layer" else None)
     assert rows.applies(lay, xc)
-    op = (lambda t: F.batch_norm(t, None, None, training=True)) if norm == "batch" else (
-        lambda t: F.group_norm(t, 1))
+    op = {"batch": lambda t: F.batch_norm(t, None, None, training=True),
+          "group": lambda t: F.group_norm(t, 1),
+          "layer": lambda t: F.layer_norm(t, shape[-1:])}[norm]
     ref = core.normalize_formula(x, lay, 1e-5).output
-    err = ((op(xc) - ref).abs().max() / ref.abs().max()).item()
+    err = ((op(xc.requires_grad_(True)) - ref).abs().max() / ref.abs().max()).item()
     assert err <= 1e-13, err
-
-
-def test_long_rows_take_few_chunks():
-    """The backward keeps two float64 rows of column sums per chunk: a LayerNorm over (C, H, W)
-    (32 rows of 65536) takes 4 chunks, not 32 (33 MB of sums); short rows take 256 KB."""
-    for rows_, n in [(32, 65536), (8192, 512), (3, 7), (100000, 3)]:
-        chunk = loops._chunk(rows_, n)
-        chunks = -(-rows_ // chunk)
-        assert 16 * chunks * n <= max(loops.PARTS_BYTES, 16 * n), (rows_, n, chunks)
-        assert chunks == 1 or chunk * n <= loops.CHUNK_ELEMENTS or 16 * chunks * n > loops.PARTS_BYTES // 2
-    assert -(-32 // loops._chunk(32, 65536)) == 4
-    assert loops._chunk(8192, 512) == 128
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
-def test_a_forked_child_runs_the_threaded_kernels(monkeypatch):
-    """After the pool's threads have run in this process, a forked child (as a DataLoader
-    worker is) makes its own pool instead of waiting on threads it does not have."""
-    import multiprocessing as mp
-    x, w, b, _ = _case(2048, 512, torch.float32, seed=3)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        want = F.layer_norm(x, (512,), w, b)                     # the pool's threads ran
-        assert loops._pool
-        ctx = mp.get_context("fork")
-        with ctx.Pool(1) as pool:
-            got = pool.apply_async(_layer_norm_in_child, (x, w, b)).get(timeout=30)
-    finally:
-        torch.set_num_threads(before)
-    assert got == want.numpy().tobytes()
-
-
-def _layer_norm_in_child(x, w, b):
-    torch.set_num_threads(2)
-    return F.layer_norm(x, (512,), w, b).numpy().tobytes()   # not a tensor: no fd sharing
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias", "all"])
 def test_eval_batch_norm_on_channels_last_and_on_a_slice_of_it(monkeypatch, wanted):
     """BatchNorm in eval mode on channels_last memory: the backward's one compiled pass
-    (normcore.loops.backward_fixed) gives torch's gradients, only those asked for, also for
+    (normcore.positions.backward_fixed) gives torch's gradients, only those asked for, also for
     a slice of a channels_last tensor (channel-inner strides, not dense: x is copied, the
     gradient is fresh)."""
     calls = []
-    real = loops.backward_fixed
-    monkeypatch.setattr(loops, "backward_fixed", lambda *a: calls.append(1) or real(*a))
+    real = positions.backward_fixed
+    monkeypatch.setattr(positions, "backward_fixed", lambda *a: calls.append(1) or real(*a))
     gen = torch.Generator().manual_seed(6)
     full = torch.randn(4, 8, 10, 12, generator=gen, dtype=torch.float64).to(memory_format=CL)
     rm, rv = torch.randn(8, dtype=torch.float64), torch.rand(8, dtype=torch.float64) + 0.5

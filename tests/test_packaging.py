@@ -35,7 +35,8 @@ MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__
 LIBRARY = {"normcore", "normcore._checks", "normcore._functional_docs", "normcore.axes",
            "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold",
            "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.nn",
-           "normcore.frozen", "normcore.groups", "normcore.loops", "normcore.passes", "normcore.rows",
+           "normcore.frozen", "normcore.groups", "normcore.loops", "normcore.passes",
+           "normcore.positions", "normcore.rows",
            "normcore.stats", "normcore.sync"}
 
 
