@@ -202,7 +202,7 @@ class FixedStatistics(PositionalApply, torch.autograd.Function):
             torch.channels_last_3d if _channel_inner(x) and x.dim() == 5
             else torch.contiguous_format)
         gv = g.to(cdt).contiguous(memory_format=fmt)      # g in x's memory format
-        if fmt != torch.contiguous_format and _by_loops(x) and not torch.compiler.is_compiling():
+        if fmt != torch.contiguous_format and loops.takes(x):
             return _backward_loops(ctx, gv, x, mean, r, s, need_x, need_w, need_b, fmt)
         buf = torch.empty_like(x, dtype=cdt, memory_format=fmt) if need_x or need_w else None
         dw = db = None
@@ -220,12 +220,6 @@ class FixedStatistics(PositionalApply, torch.autograd.Function):
         if need_x:
             dx = torch.mul(gv, s.to(cdt), out=buf).to(x.dtype)                  # g gamma r
         return dx, None, None, dw, db, None, None
-
-
-def _by_loops(x: torch.Tensor) -> bool:
-    """Whether :func:`normcore.positions.backward_fixed` takes the backward: numba is there, and x
-    is float32 or float64 on the CPU."""
-    return x.device.type == "cpu" and x.dtype in loops.DTYPES and loops.available()
 
 
 def _backward_loops(ctx, gv, x, mean, r, s, need_x: bool, need_w: bool, need_b: bool, fmt):

@@ -11,10 +11,11 @@ torch's time before the fold, 2.2-2.5x after, 2.15-2.25x with :math:`\sum g\,x` 
 :func:`_row_dots` (a heap that keeps freed memory: ``benchmarks/speed.py``); GN on
 ``channels_last`` fwd+bwd 3.2x before, 0.6-1.1x after.
 
-With numba installed, float32 and float64 inputs on the CPU go to :mod:`normcore.loops`
-instead (at (32, 64, 32, 32), one thread: GN fwd+bwd 1.4x torch's time where the blocks below
-take 2.2-2.3x, BN train on ``channels_last`` 1.4-1.5x where they take 2.1-2.2x); the blocks
-are the path without numba, on other devices and in half precision.
+With numba installed, float32 and float64 inputs on the CPU go to the compiled kernels
+instead: :mod:`normcore.loops` on contiguous memory, :mod:`normcore.positions` on
+``channels_last``.  At (32, 64, 32, 32), one thread: GN fwd+bwd 1.2-1.4x torch's time where
+the blocks below take 2.2-2.3x, BN train on ``channels_last`` 1.4-1.7x where they take
+2.1-2.2x.  The blocks are the path without numba, on other devices and in half precision.
 
 The one-pass test, the corrected variance and the kept shifts are :mod:`normcore.rows`'s
 (:func:`normcore.rows._one_pass`, :func:`normcore.rows._variance`,
@@ -120,15 +121,15 @@ def forward_groups(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     C/G)`` view of its memory, and so is y."""
     cdt = compute_dtype(x.dtype)
     grp = _groups(lay, x)
-    if rows._by_loops(x):                           # normcore.loops' compiled kernels
+    if loops.takes(x):                              # the compiled kernels
         y = torch.empty_like(x, memory_format=torch.preserve_format)
         if grp.pos == 3:                            # contiguous: set by set
             N, G, Cg, P = grp.view
-            stats = loops.forward_groups(x.reshape(N * G, Cg, P), eps, weight, bias, G,
-                                         y.view(N * G, Cg, P))
+            stats = loops.forward_by_sets(x.reshape(N * G, Cg, P), eps, weight, bias, G,
+                                          y.view(N * G, Cg, P))
         else:                                       # channels_last: by positions
             stats = positions.forward_positions(_positions(x, grp), eps, weight, bias,
-                                            grp.view[3], _positions(y, grp))
+                                                grp.view[3], _positions(y, grp))
         return (y, *rows._loop_statistics(stats, x.dtype, lay.stat_shape))
     n = grp.n
     stats = torch.zeros(5, lay.num_sets, 1, dtype=cdt, device=x.device)
@@ -215,7 +216,7 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
     beta."""
     cdt = inv_std.dtype
     grp = _groups(lay, x)
-    if rows._by_loops(x):                           # normcore.loops' compiled kernels
+    if loops.takes(x):                              # the compiled kernels
         return _backward_loops(g, x, kept, inv_std, weight, lay, grp, need_x, need_w, need_b,
                                bias_dtype)
     n, chan = grp.n, grp.chan
@@ -293,26 +294,22 @@ def backward_groups(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor,
 
 def _backward_loops(g, x, kept, inv_std, weight, lay: Layout, grp: _Groups, need_x: bool,
                     need_w: bool, need_b: bool, bias_dtype):
-    """:func:`backward_groups` by :func:`normcore.loops.backward_groups`, from the mean the
-    forward kept (``mu0 + delta`` in float64) and its ``r``."""
-    mu0, delta = rows._shifts(kept)
-    mu, r = mu0.double() + delta.double(), inv_std.double()
+    """:func:`backward_groups` by :func:`normcore.loops.backward_by_sets` (contiguous) or
+    :func:`normcore.positions.backward_positions`, from the mean the forward kept and its
+    ``r``."""
+    mu, r = rows._kept_mean(kept), inv_std.double()
     dx = torch.empty_like(x, memory_format=torch.preserve_format)
     g = g.to(x.dtype)
     if grp.pos == 3:                                # contiguous: set by set
         N, G, Cg, P = grp.view
-        sums = loops.backward_groups(g.reshape(N * G, Cg, P).contiguous(),
-                                     x.reshape(N * G, Cg, P), weight, G, mu, r,
-                                     dx.view(N * G, Cg, P))
+        sums = loops.backward_by_sets(g.reshape(N * G, Cg, P).contiguous(),
+                                      x.reshape(N * G, Cg, P), weight, G, mu, r,
+                                      dx.view(N * G, Cg, P))
     else:                                           # channels_last: by positions
         g = g.contiguous(memory_format=rows._memory_format(x))
-        sums = positions.backward_positions(_positions(g, grp),
-                                        _positions(x, grp), weight, grp.view[3], mu, r,
-                                        _positions(dx, grp))
-    shape = lay.affine_shape
-    return (dx if need_x else None,
-            sums[0].reshape(shape).to(weight.dtype) if need_w else None,
-            sums[1].reshape(shape).to(bias_dtype) if need_b else None)
+        sums = positions.backward_positions(_positions(g, grp), _positions(x, grp), weight,
+                                            grp.view[3], mu, r, _positions(dx, grp))
+    return rows._loop_gradients(dx, sums, lay, weight, bias_dtype, need_x, need_w, need_b)
 
 
 def _positions(t: torch.Tensor, grp: _Groups) -> torch.Tensor:

@@ -17,8 +17,8 @@ kernels (LayerNorm's y about a third of torch's error), not less.
 The kernels are plain Python (:func:`forward_rows`, :func:`backward_rows`; for GN and IN,
 whose gamma is one value per channel, :func:`forward_sets`, :func:`backward_sets`): read
 them as the formula, one row at a time, or run them uncompiled on a small input.  Compiled,
-they release the GIL, and :func:`forward` and :func:`backward` (:func:`forward_groups`,
-:func:`backward_groups`) split the rows among torch's threads.  The rows are taken in fixed
+they release the GIL, and :func:`forward` and :func:`backward` (:func:`forward_by_sets`,
+:func:`backward_by_sets`) split the rows among torch's threads.  The rows are taken in fixed
 chunks of about :data:`CHUNK_ELEMENTS`, whose column sums (dgamma, dbeta) are added in a
 fixed order: the results do not depend on the number of threads.
 
@@ -49,9 +49,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["CHUNK_ELEMENTS", "ONE_PASS_RATIO", "DTYPES", "available", "forward", "backward",
-           "forward_groups", "backward_groups", "forward_rows", "backward_rows", "forward_sets",
-           "backward_sets"]
+__all__ = ["CHUNK_ELEMENTS", "ONE_PASS_RATIO", "DTYPES", "available", "takes", "forward",
+           "backward", "forward_by_sets", "backward_by_sets", "forward_rows", "backward_rows",
+           "forward_sets", "backward_sets"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
@@ -207,6 +207,13 @@ def available() -> bool:
     return _compiled["numba"] is not None
 
 
+def takes(x: torch.Tensor) -> bool:
+    """Whether the compiled kernels take ``x``: a float32 or float64 tensor on the CPU, in
+    eager mode (torch.compile traces the torch ops instead), with numba installed."""
+    return (x.device.type == "cpu" and x.dtype in DTYPES and not torch.compiler.is_compiling()
+            and available())
+
+
 def _kernel(func):
     """``func`` compiled: without the GIL, cached on disk, and with the sums reassociated so
     that they vectorize (float64 sums of at most a few thousand values: the order changes
@@ -235,11 +242,12 @@ def _run(kernel, chunks: int, *args) -> None:
         job.result()
 
 
-def _chunk(rows: int, n: int) -> int:
-    """Rows per chunk: :data:`CHUNK_ELEMENTS` elements, or more where the chunks' column sums
-    (two float64 rows each) would take more than :data:`PARTS_BYTES`."""
+def _chunks(rows: int, n: int) -> tuple[int, int]:
+    """``(rows per chunk, chunks)``: :data:`CHUNK_ELEMENTS` elements a chunk, or more where the
+    chunks' column sums (two float64 rows of n each) would take more than :data:`PARTS_BYTES`."""
     chunks = max(1, min(-(-rows * n // CHUNK_ELEMENTS), PARTS_BYTES // (16 * max(n, 1))))
-    return -(-rows // chunks)
+    chunk = -(-rows // chunks)
+    return chunk, -(-rows // chunk)
 
 
 def _vector(t, n: int, fill: float):
@@ -249,29 +257,28 @@ def _vector(t, n: int, fill: float):
     return t.detach().reshape(n).to(torch.float64).contiguous().numpy()
 
 
-def forward_groups(x3: torch.Tensor, eps: float, weight, bias, groups: int,
-                   y3: torch.Tensor):
+def forward_by_sets(x3: torch.Tensor, eps: float, weight, bias, groups: int,
+                    y3: torch.Tensor):
     """``y3`` from ``x3`` (``(N G, C/G, P)``, contiguous, on the CPU, in :data:`DTYPES`);
     returns the float64 ``(3, N G)`` statistics: mean, variance, r."""
     sets, cg, p = x3.shape
     stats = torch.empty(3, sets, dtype=torch.float64)
-    chunk = _chunk(sets, cg * p)
+    chunk, chunks = _chunks(sets, cg * p)
     shape = (groups, cg)
-    _run(_kernel(forward_sets), -(-sets // chunk), x3.detach().numpy(),
+    _run(_kernel(forward_sets), chunks, x3.detach().numpy(),
          _vector(weight, groups * cg, 1.0).reshape(shape),
          _vector(bias, groups * cg, 0.0).reshape(shape), float(eps), y3.numpy(),
          stats.numpy(), chunk)
     return stats
 
 
-def backward_groups(g3: torch.Tensor, x3: torch.Tensor, weight, groups: int, mu: torch.Tensor,
-                    r: torch.Tensor, dx3: torch.Tensor):
-    r"""``dx3`` from ``g3`` and ``x3`` (as :func:`forward_groups`), the float64 per-set ``mu``
+def backward_by_sets(g3: torch.Tensor, x3: torch.Tensor, weight, groups: int, mu: torch.Tensor,
+                     r: torch.Tensor, dx3: torch.Tensor):
+    r"""``dx3`` from ``g3`` and ``x3`` (as :func:`forward_by_sets`), the float64 per-set ``mu``
     and ``r``; returns the float64 ``(2, C)`` sums of :math:`g\hat x` and :math:`g` per
     channel (dL/dgamma, dL/dbeta)."""
     sets, cg, p = x3.shape
-    chunk = _chunk(sets, cg * p)
-    chunks = -(-sets // chunk)
+    chunk, chunks = _chunks(sets, cg * p)
     parts = torch.zeros(2, chunks, groups, cg, dtype=torch.float64)
     _run(_kernel(backward_sets), chunks, x3.detach().numpy(), g3.detach().numpy(),
          _vector(weight, groups * cg, 1.0).reshape(groups, cg), mu.reshape(sets).numpy(),
@@ -284,8 +291,8 @@ def forward(x2: torch.Tensor, eps: float, centered: bool, weight, bias, y2: torc
     returns the float64 ``(3, rows)`` statistics: mean, variance, r."""
     rows, n = x2.shape
     stats = torch.empty(3, rows, dtype=torch.float64)
-    chunk = _chunk(rows, n)
-    _run(_kernel(forward_rows), -(-rows // chunk), x2.detach().numpy(), _vector(weight, n, 1.0),
+    chunk, chunks = _chunks(rows, n)
+    _run(_kernel(forward_rows), chunks, x2.detach().numpy(), _vector(weight, n, 1.0),
          _vector(bias, n, 0.0), float(eps), centered, y2.numpy(), stats.numpy(), chunk)
     return stats
 
@@ -296,8 +303,7 @@ def backward(g2: torch.Tensor, x2: torch.Tensor, weight, mu: torch.Tensor, r: to
     per-row ``mu`` and ``r``; returns the float64 ``(2, n)`` sums of :math:`g\hat x` and
     :math:`g` over the rows (dL/dgamma, dL/dbeta)."""
     rows, n = x2.shape
-    chunk = _chunk(rows, n)
-    chunks = -(-rows // chunk)
+    chunk, chunks = _chunks(rows, n)
     parts = torch.zeros(2, chunks, n, dtype=torch.float64)
     _run(_kernel(backward_rows), chunks, x2.detach().numpy(), g2.detach().numpy(),
          _vector(weight, n, 1.0), mu.reshape(rows).numpy(), r.reshape(rows).numpy(), centered,

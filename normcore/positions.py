@@ -155,12 +155,15 @@ def _spans(x3: torch.Tensor) -> tuple[int, int]:
     return span, -(-positions // span)
 
 
-def _position_moments(x3, m, span: int, chunks: int):
-    """Per sample and channel, float64 ``(N, C)``: the sum of :math:`x - m` and of its square."""
+def _position_moments(x3, m, span: int, chunks: int, g3=None):
+    r"""Per sample and channel, float64 ``(2, N, C)``: the sums of :math:`x - m` and of its
+    square; with ``g3``, of :math:`g\,(x - m)` and of :math:`g` (:func:`position_sums`)."""
     N, _, C = x3.shape
     parts = torch.zeros(2, N, chunks, C, dtype=torch.float64)
     xa = x3.detach().numpy()
-    _run(_kernel(position_sums), N * chunks, xa, m.numpy(), xa, False, parts.numpy(), span)
+    ga = xa if g3 is None else g3.detach().numpy()
+    _run(_kernel(position_sums), N * chunks, xa, m.numpy(), ga, g3 is not None, parts.numpy(),
+         span)
     return parts.sum(2)
 
 
@@ -222,10 +225,7 @@ def backward_positions(g3: torch.Tensor, x3: torch.Tensor, weight, per_group: in
     span, chunks = _spans(x3)
     mu_c = _expand(mu.reshape(N, G), per_group)
     r_c = _expand(r.reshape(N, G), per_group)
-    parts = torch.zeros(2, N, chunks, C, dtype=torch.float64)
-    xa, ga = x3.detach().numpy(), g3.detach().numpy()
-    _run(_kernel(position_sums), N * chunks, xa, mu_c.numpy(), ga, True, parts.numpy(), span)
-    sgc, sg = parts.sum(2)
+    sgc, sg = _position_moments(x3, mu_c, span, chunks, g3)
     sgx = sgc * r_c                                                   # sum_P g x_hat
     w = torch.from_numpy(_vector(weight, C, 1.0))
     n = P * per_group
@@ -234,8 +234,8 @@ def backward_positions(g3: torch.Tensor, x3: torch.Tensor, weight, per_group: in
     slope = (-r_c * r_c * sdx / n).contiguous()
     shift = (-r_c * sd / n).contiguous()
     q = (r_c * w).contiguous()
-    _run(_kernel(position_affine), N * chunks, xa, mu_c.numpy(), slope.numpy(), shift.numpy(),
-         ga, q.numpy(), True, dx3.numpy(), span, chunks)
+    _run(_kernel(position_affine), N * chunks, x3.detach().numpy(), mu_c.numpy(), slope.numpy(),
+         shift.numpy(), g3.detach().numpy(), q.numpy(), True, dx3.numpy(), span, chunks)
     return torch.stack([sgx.sum(0), sg.sum(0)])
 
 

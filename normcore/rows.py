@@ -129,7 +129,7 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     is large beside its spread (:func:`_one_pass`), the second sweep is the two-pass one
     instead (:func:`_two_pass_block`).  Every step writes into a buffer made before the loop
     (``out=``): small temporaries between large allocations fragment the heap (page faults)."""
-    if _by_loops(x):
+    if loops.takes(x):
         return _forward_loops(x, lay, eps, weight, bias)
     cdt = compute_dtype(x.dtype)
     n, sets = lay.set_size, lay.num_sets
@@ -185,14 +185,8 @@ def forward(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
     return y, mean, var.reshape(shape), inv.reshape(shape), stats[:2]
 
 
-def _by_loops(x: torch.Tensor) -> bool:
-    """Whether :mod:`normcore.loops`' compiled row kernels take ``x``: numba is there, and x
-    is a float32 or float64 tensor on the CPU."""
-    return x.device.type == "cpu" and x.dtype in loops.DTYPES and loops.available()
-
-
 def _forward_loops(x: torch.Tensor, lay: Layout, eps: float, weight, bias):
-    """:func:`forward` by :func:`normcore.loops.forward`, with the same results."""
+    """:func:`forward` by :func:`normcore.loops.forward`: the same results, to a rounding."""
     n, sets = lay.set_size, lay.num_sets
     y = torch.empty(lay.shape, dtype=x.dtype)
     stats = loops.forward(x.reshape(sets, n), eps, lay.centered, weight, bias, y.view(sets, n))
@@ -214,11 +208,23 @@ def _backward_loops(g, x, kept, inv_std, weight, lay: Layout, need_x: bool, need
     """:func:`backward` by :func:`normcore.loops.backward`: from the mean the forward kept
     (``mu0 + delta`` in float64) and its ``r``."""
     n, sets = lay.set_size, lay.num_sets
-    mu0, delta = _shifts(kept)
     g2 = g.reshape(sets, n).to(x.dtype).contiguous()
     dx = torch.empty(lay.shape, dtype=x.dtype)
-    sums = loops.backward(g2, x.reshape(sets, n), weight, mu0.double() + delta.double(),
-                          inv_std.double(), lay.centered, dx.view(sets, n))
+    sums = loops.backward(g2, x.reshape(sets, n), weight, _kept_mean(kept), inv_std.double(),
+                          lay.centered, dx.view(sets, n))
+    return _loop_gradients(dx, sums, lay, weight, bias_dtype, need_x, need_w, need_b)
+
+
+def _kept_mean(kept: torch.Tensor) -> torch.Tensor:
+    """The forward's mean in float64, ``mu0 + delta`` (:func:`_shifts`)."""
+    mu0, delta = _shifts(kept)
+    return mu0.double() + delta.double()
+
+
+def _loop_gradients(dx, sums, lay: Layout, weight, bias_dtype, need_x: bool, need_w: bool,
+                    need_b: bool):
+    """``(dL/dx, dL/dgamma, dL/dbeta)`` from a compiled backward's ``dx`` and its float64
+    ``(2, C)`` sums, in the dtypes of gamma and beta (None where not needed)."""
     shape = lay.affine_shape
     return (dx if need_x else None,
             sums[0].reshape(shape).to(weight.dtype) if need_w else None,
@@ -310,7 +316,7 @@ def backward(g: torch.Tensor, x: torch.Tensor, kept: torch.Tensor, inv_std: torc
     """``(dL/dx, dL/dgamma, dL/dbeta)`` in the dtypes of x, gamma and beta (None where not
     needed), block by block from the saved input, ``kept`` (:func:`_shifts`) and ``r``;
     every step writes into a buffer made before the loop, as in :func:`forward`."""
-    if _by_loops(x):
+    if loops.takes(x):
         return _backward_loops(g, x, kept, inv_std, weight, lay, need_x, need_w, need_b,
                                bias_dtype)
     n, sets = lay.set_size, lay.num_sets

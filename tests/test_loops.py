@@ -113,7 +113,7 @@ def test_the_results_do_not_depend_on_the_thread_count(monkeypatch, case):
     b = torch.randn(w.shape, generator=gen, dtype=torch.float64)
     g = torch.randn(shape, generator=gen, dtype=torch.float64)
     calls = []
-    for module, name in ((loops, "forward"), (loops, "forward_groups"),
+    for module, name in ((loops, "forward"), (loops, "forward_by_sets"),
                          (positions, "forward_positions")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
@@ -163,6 +163,42 @@ def test_a_second_pass_where_the_first_cancels(monkeypatch, case):
     ref = core.normalize_formula(x, lay, 1e-5).output
     err = ((op(xc.requires_grad_(True)) - ref).abs().max() / ref.abs().max()).item()
     assert err <= 1e-13, err
+
+
+def test_long_rows_take_few_chunks():
+    """The backward keeps two float64 rows of column sums per chunk: a LayerNorm over (C, H, W)
+    (32 rows of 65536) takes 4 chunks, not 32 (33 MB of sums); short rows take 256 KB."""
+    for rows_, n in [(32, 65536), (8192, 512), (3, 7), (100000, 3)]:
+        chunk, chunks = loops._chunks(rows_, n)
+        assert chunks == -(-rows_ // chunk)                    # every row in one chunk
+        assert 16 * chunks * n <= max(loops.PARTS_BYTES, 16 * n), (rows_, n, chunks)
+        assert chunks == 1 or chunk * n <= loops.CHUNK_ELEMENTS or 16 * chunks * n > loops.PARTS_BYTES // 2
+    assert loops._chunks(32, 65536) == (8, 4)
+    assert loops._chunks(8192, 512) == (128, 64)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+def test_a_forked_child_runs_the_threaded_kernels(monkeypatch):
+    """After the pool's threads have run in this process, a forked child (as a DataLoader
+    worker is) makes its own pool instead of waiting on threads it does not have."""
+    import multiprocessing as mp
+    x, w, b, _ = _case(2048, 512, torch.float32, seed=3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        want = F.layer_norm(x, (512,), w, b)                     # the pool's threads ran
+        assert loops._pool
+        ctx = mp.get_context("fork")
+        with ctx.Pool(1) as pool:
+            got = pool.apply_async(_layer_norm_in_child, (x, w, b)).get(timeout=30)
+    finally:
+        torch.set_num_threads(before)
+    assert got == want.numpy().tobytes()
+
+
+def _layer_norm_in_child(x, w, b):
+    torch.set_num_threads(2)
+    return F.layer_norm(x, (512,), w, b).numpy().tobytes()   # not a tensor: no fd sharing
 
 
 @pytest.mark.parametrize("wanted", ["x", "weight", "bias", "all"])
