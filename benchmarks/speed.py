@@ -16,8 +16,11 @@ so does normcore); ``--only TEXT`` measures only the rows whose name contains TE
 call's fixed cost, its Python and its small torch ops, is most of its time (normcore's calls
 are several times torch's), and the 2.0 target, set for the realistic sizes, is not applied.
 
-The table keeps the heap steady (:func:`steady_heap`: on glibc it runs with
-:data:`STEADY_HEAP`; ``--os-heap`` leaves the C library's defaults, and ``--json`` keeps them):
+``--reference`` switches the compiled kernels off (``normcore.use_kernels(False)``): every row
+is then normcore's reference path, the formula in plain torch ops.
+
+The table runs with the C library's heap as it is, as a user's program does; ``--steady-heap``
+keeps it steady instead (:func:`steady_heap`: on glibc it runs again with :data:`STEADY_HEAP`):
 with glibc's defaults, a freed full-size buffer often goes back to the OS, and the next one
 costs a page fault per 4 KB page (about 2 us each here, 4-8 ms per call for the tensors
 below).  Whether normcore's call or torch's pays depends on the order of earlier
@@ -359,6 +362,12 @@ def measure_json(reps: int, quick: bool, path: str) -> dict:
     return data
 
 
+def normcore_kernels() -> bool:
+    """Whether normcore's compiled kernels are on (``--reference`` switches them off)."""
+    import normcore
+    return normcore.kernels_enabled()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)
@@ -376,14 +385,19 @@ def main() -> None:
     ap.add_argument("--per-call", action="store_true",
                     help="the same ops on small inputs (SIZES), in microseconds: the fixed cost "
                          "of a call, which the 2.0 target (for the realistic sizes) leaves out")
-    ap.add_argument("--os-heap", action="store_true",
-                    help="leave the C library's heap settings as they are: freed memory may go "
-                         "back to the OS, and either side may then pay page faults")
+    ap.add_argument("--steady-heap", action="store_true",
+                    help="run with a heap that keeps freed memory (glibc): no side pays page "
+                         "faults for a fresh buffer")
+    ap.add_argument("--reference", action="store_true",
+                    help="switch normcore's compiled kernels off: every row is the reference")
     args = ap.parse_args()
     if args.per_call and args.json:
         ap.error("--per-call times the table's ops on small inputs and --json chapter 10's "
                  "layers: give one of them")
-    steady = not args.os_heap and not args.json and steady_heap()      # may start it again
+    steady = args.steady_heap and not args.json and steady_heap()      # may start it again
+    if args.reference:
+        import normcore
+        normcore.use_kernels(False)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cpu_time:
@@ -399,7 +413,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
           f"{'CPU time of the thread' if args.cpu_time else 'wall time'}, "
           f"median of {args.reps} interleaved runs, "
-          f"{'steady heap' if steady else 'default heap'}; {target}")
+          f"{'steady heap' if steady else 'default heap'}, "
+          f"normcore's {'kernels' if normcore_kernels() else 'reference'}; {target}")
     size = "per-call" if args.per_call else "quick" if args.quick else "full"
     rows = measure(args.reps, size, args.only)
     unit, scale = ("us", 1e6) if args.per_call else ("ms", 1e3)

@@ -5,10 +5,13 @@ The layers, each importing only from those above it:
 * :mod:`~normcore.axes`: which elements share statistics (THE table), and
   :mod:`~normcore.stats`: variances, Chan's merge, running averages;
 * :mod:`~normcore._checks`: argument validation, one message per mistake;
-* :mod:`~normcore.passes`: the full-size passes (the sums, by chunks and in float64 where
-  that buys accuracy; ``x s + t`` per row), and :mod:`~normcore.core`: the numeric core (the
-  formula in named steps, compute dtype);
-* :mod:`~normcore.grad`: hand-derived backward passes (autograd Functions), and
+* :mod:`~normcore.core`: the numeric core, the formula in named steps (the reference);
+* :mod:`~normcore.dispatch`: which implementation runs a call, the reference or the compiled
+  kernels (:class:`use_kernels` switches them, :func:`explain` says why);
+  :mod:`~normcore.loops` and :mod:`~normcore.positions`: the kernels' loops (numba, the
+  extra ``normcore[fast]``), :mod:`~normcore.kernels`: run on the views they read;
+* :mod:`~normcore.grad`: hand-derived backward passes (autograd Functions),
+  :mod:`~normcore.frozen`: BN and IN with the running statistics, and
   :mod:`~normcore.grad_dyt`: Dynamic Tanh's formula and backward;
 * :mod:`~normcore.functional`: the public ops, with ``torch.nn.functional``'s signatures;
 * :mod:`~normcore.sync`: synchronized statistics; :mod:`~normcore.nn`: drop-in modules;
@@ -26,6 +29,8 @@ nbformat, ...) say so with an ``ImportError`` that names the extra ``normcore[bo
 to install it (:mod:`normcore._extras`).
 """
 from . import axes, functional, stats, nn, fold
+from .dispatch import explain, kernels_enabled, use_kernels
 
 __version__ = "0.1.0"
-__all__ = ["axes", "functional", "stats", "nn", "fold"]
+__all__ = ["axes", "functional", "stats", "nn", "fold", "use_kernels", "kernels_enabled",
+           "explain"]

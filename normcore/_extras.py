@@ -18,9 +18,10 @@ project.
 imports count too.  ``tests/test_packaging.py`` reads every module's imports and checks them
 against this list and the list against ``pyproject.toml``'s extra.
 
-:data:`OPTIONAL` lists the library's optional imports: :mod:`normcore.loops` compiles its
-kernels with numba (and NumPy) when they are installed (the extra ``normcore[fast]``, which
-the book's extra includes); without them the library runs its torch code instead.
+:data:`OPTIONAL` lists the library's optional imports: :mod:`normcore.dispatch` asks for numba
+and NumPy, and :mod:`normcore.loops` and :mod:`normcore.positions` compile their kernels with
+them when they are installed (the extra ``normcore[fast]``, which the book's extra includes);
+without them every call runs the reference.
 
 This module imports nothing from normcore (it sits above every layer).
 """
@@ -49,7 +50,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
 #: The library's modules that use a package when it is installed, and run without it; the
 #: extra ``normcore[fast]`` installs them.
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "normcore.loops": ("numba", "numpy"),
+    "normcore.dispatch": ("numba", "numpy"),
+    "normcore.loops": ("numba",),
+    "normcore.positions": ("numpy",),
 }
 
 

@@ -36,8 +36,9 @@ The ops of this module are this function on their layout.  Given ``mean`` and ``
 them instead of the statistics of ``x`` (eval mode).  With a gradient of the normalization to
 compute (the sets' statistics, the biased variance, eps inside the square root),
 ``backward="derived"`` runs :class:`normcore.grad.Normalize`, the hand-derived backward (itself
-differentiable); some large inputs go there without gradients too, by blocks of rows
-(:mod:`normcore.rows`).  The output takes torch's memory format.
+differentiable).  Which implementation computes it, the reference or the compiled kernels, is
+:func:`normcore.dispatch.family`'s choice (:func:`normcore.explain` says which and why).  The
+output takes torch's memory format.
 
 Args:
     x (Tensor): the input, of the shape ``lay`` was made for.
@@ -92,7 +93,7 @@ variance:
 
 With ``training=False``, :math:`\hat\mu, \hat\sigma^2` take the place of :math:`\mu_i, \sigma_i^2`:
 the map is then affine per channel, and ``backward="derived"`` runs it as one Function
-(:class:`normcore.frozen.FixedStatistics`: an output and an input gradient, as torch's kernel);
+(:class:`normcore.frozen.FixedStatistics`, which keeps only the input for its backward);
 no gradient reaches the buffers, and buffers that require grad raise, as in torch.
 An empty batch (:math:`N = 0`) gives an empty output and leaves the buffers as they are, as torch
 does.

@@ -59,11 +59,11 @@ import torch
 from torch import Tensor
 
 from . import _checks as checks
-from . import axes, frozen, groups, rows, stats
+from . import axes, dispatch, frozen, kernels, stats
 from ._checks import WS_CONVENTIONS
 from ._functional_docs import documented  # the ops' docstrings, in torch's form, are there
 from .axes import Layout
-from .core import Normalized, compute_dtype, normalize_formula, output_format, writes_in_place
+from .core import Normalized, compute_dtype, normalize_formula, output_format
 from .defaults import EPS, MOMENTUM
 from .frozen import FixedStatistics
 from .grad import Normalize, WeightStandardize
@@ -104,27 +104,21 @@ def _normalize(x: Tensor, lay: Layout, eps: float, weight: Tensor | None = None,
                bias: Tensor | None = None, *, mean: Tensor | None = None,
                var: Tensor | None = None, correction: int = 0, eps_mode: str = "inside",
                backward: str = "derived") -> Normalized:
-    """:func:`normalize` on checked arguments (the ops below check their own)."""
-    derived = _derived(backward, x, weight, bias)
+    """:func:`normalize` on checked arguments (the ops below check their own).  With a
+    gradient to compute, the Function of :mod:`normcore.grad` (which
+    :func:`normcore.dispatch.family` sends to the reference or the kernels); without, the
+    kernels where the table has them, else the formula."""
     fmt = output_format(lay, x)
-    # a large LN or RMSNorm goes to Normalize without gradients too (normcore.rows), and so
-    # do GN, IN, BN on channels_last memory and float32 GN, IN (rows' float64 sums: 1.3-1.6 ms
-    # at (32, 64, 32, 32) where the formula's two forms took 1.6-1.8); float64 GN and IN keep
-    # the formula's in-place path, which measured as fast
-    by_rows = (backward == "derived" and rows.applies(lay, x)
-               and (lay.norm in ("layer", "rms") or not x.is_contiguous()
-                    or x.dtype == torch.float32))
-    if (lay.norm == "group" and fmt != torch.contiguous_format and mean is None
-            and not derived and not by_rows and backward == "derived" and writes_in_place()):
-        return groups.group_norm_channels_last(x, lay, eps, weight, bias)
-    if ((derived or by_rows) and (mean is None or var is None)
-            and correction == 0 and eps_mode == "inside"):
-        if not derived:     # no gradient to record: the fast path without the Function
-            return Normalized(*groups.forward_function(x, weight, bias, lay, eps)[:3])
-        return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
+    if backward == "derived" and (mean is None or var is None) and correction == 0 \
+            and eps_mode == "inside":
+        if _derived(backward, x, weight, bias):
+            return Normalized(*Normalize.apply(x, weight, bias, lay, eps)[:3])
+        family = dispatch.family(lay, x)
+        if family is not None:
+            return Normalized(*kernels.forward(family, x, weight, bias, lay, eps)[:3])
     out = normalize_formula(x, lay, eps, weight, bias, mean=mean, var=var,
                             correction=correction, eps_mode=eps_mode)
-    # the memory format of torch's output (the formula's follows the input's)
+    # the memory format of torch's output (the formula's is contiguous)
     return out._replace(output=out.output.contiguous(memory_format=fmt))
 
 

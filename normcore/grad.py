@@ -147,163 +147,111 @@ RMSNorm does not center: :math:`\mu = 0` and :math:`\sigma^2 = \frac1n\sum_k x_k
       - \hat x_i \sum_{k\in S} d_k\,\hat x_k\Big).
 
 :func:`boxed_backward` is the boxed formula written once, for every set, centered or not:
-the readable reference that the tests hold the fast paths of :class:`Normalize` to.
+the reference backward of :class:`Normalize`, and what the tests hold the compiled kernels
+(:mod:`normcore.kernels`) to.
 
 Precision
 ---------
 float16 / bfloat16 inputs are computed in float32, and the results (outputs and gradients)
-are cast back to the dtypes of the tensors they belong to, as in
-:mod:`normcore.core`.  What the backward keeps (:math:`\hat x`, or :math:`x-\mu` where
-gamma folds into a small per-set scale) is in that float32 compute dtype.  It forgets how
-it depends on :math:`x`, so with ``create_graph=True`` or under ``torch.func`` (``vmap``,
-``grad``, ``jacrev``: torch.func's form, ``setup_context`` and ``generate_vmap_rule``)
-``Normalize`` takes :func:`boxed_backward` on :math:`\hat x` recomputed from the saved
-input, out of place: differentiable again.  ``WeightStandardize`` refuses a second one.
+are cast back to the dtypes of the tensors they belong to, as in :mod:`normcore.core`.  The
+set sums are taken in float64 for float32 (:func:`normcore.core.set_sum`), and the per-set
+factors rounded once.  What the backward keeps (:math:`\hat x`; the kernels: the mean and r
+of each set) forgets how it depends on :math:`x`, so with ``create_graph=True`` or under
+``torch.func`` (``vmap``, ``grad``, ``jacrev``: torch.func's form, ``setup_context`` and
+``generate_vmap_rule``) both Functions recompute :math:`\hat x` from the saved input, with
+its graph, and take the same formula on it: differentiable again.
 """
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
-from . import groups, rows
+from . import dispatch, kernels
 from .axes import Layout, layout
-from .core import (FUSED_MULTIPLY_ADD, PositionalApply, affine_out_of_place, affine_terms,
-                   apply_affine, apply_affine_terms, compute_dtype, inverse_std, moment_parts,
-                   moments, output_format, scale_is_small, standardize, writes_in_place,
-                   ws_grad_input)
-from .passes import sum_keep, sum_of_products
+from .core import PositionalApply, affine, compute_dtype, output_format, set_sum, standardize
 
 # The ops that run these Functions are those of normcore.functional (``backward="derived"``,
 # their default): one op per name.
-__all__ = ["Normalize", "WeightStandardize", "boxed_backward"]
+__all__ = ["Normalize", "WeightStandardize", "boxed_backward", "ws_grad_input"]
 
 
-# ---------------------------------------------------------------------------------------
-# the reference: the boxed formula, one path for every set
-# ---------------------------------------------------------------------------------------
+def _set_mean(t: torch.Tensor, dims: tuple[int, ...], n) -> torch.Tensor:
+    """The mean of ``t`` over each set, summed in float64 for float32 and rounded once."""
+    return (set_sum(t, dims) / n).to(t.dtype)
+
+
 def boxed_backward(grad_y: torch.Tensor, xhat: torch.Tensor, inv_std: torch.Tensor,
-                   weight, lay: Layout):
-    r"""``(dL/dx, dL/dgamma, dL/dbeta)`` by the boxed formula, written once for every set:
+                   weight, lay: Layout, needs=(True, True, True)):
+    r"""``(dL/dx, dL/dgamma, dL/dbeta)`` by the boxed formula, written once for every set
+    (None where ``needs`` says so):
 
     .. math::
 
-        \frac{\partial L}{\partial x_i} = \frac{r}{n}\Big(n\, d_i
-        - [\text{centered}]\sum_{k\in S} d_k - \hat x_i \sum_{k\in S} d_k\,\hat x_k\Big),
-        \qquad d = \gamma\, g .
+        \frac{\partial L}{\partial x_i} = r\Big(d_i
+        - [\text{centered}]\,\overline{d} - \hat x_i\,\overline{d\,\hat x}\Big),
+        \qquad d = \gamma\, g, \quad \overline{\,\cdot\,} = \frac1n\sum_{k\in S}.
 
-    Readable and slow (every product is formed); :class:`Normalize` computes the same with
-    fewer passes, and the tests hold it to this.  ``xhat`` and ``inv_std`` are in the view.
-    """
-    g = grad_y.reshape(lay.view_shape).to(xhat.dtype)                        # g = dL/dy
-    w = 1.0 if weight is None else weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+    ``xhat`` and ``inv_std`` are in the view; out of place, so differentiable again when
+    ``xhat`` carries its graph."""
+    g = grad_y.to(xhat.dtype, memory_format=torch.contiguous_format)              # g = dL/dy
+    g = g.reshape(lay.view_shape)
     n, dims = lay.set_size, lay.reduce_dims
-    d = g * w                                                                  # dL/dx_hat
-    sum_d = d.sum(dims, keepdim=True) if lay.centered else 0.0
-    dx = inv_std / n * (n * d - sum_d - xhat * (d * xhat).sum(dims, keepdim=True))
+    dx = dgamma = dbeta = None
+    if needs[0]:
+        d = g if weight is None else g * weight.to(xhat.dtype).reshape(lay.affine_view_shape)
+        dx = d - xhat * _set_mean(d * xhat, dims, n)                           # d - x_hat mean(d x_hat)
+        if lay.centered:
+            dx = dx - _set_mean(d, dims, n)                                    #   - mean(d)
+        dx = (dx * inv_std).reshape(lay.shape)                                  # times r
     # gamma and beta are shared along the dims where they have size 1
     shared = tuple(k for k, s in enumerate(lay.affine_view_shape) if s == 1)
-    dgamma = (g * xhat).sum(shared).reshape(lay.affine_shape)
-    dbeta = g.sum(shared).reshape(lay.affine_shape)
-    return dx.reshape(lay.shape), dgamma, dbeta
+    if needs[1] and weight is not None:
+        dgamma = set_sum(g * xhat, shared).reshape(lay.affine_shape)
+    if needs[2]:
+        dbeta = set_sum(g, shared).reshape(lay.affine_shape)
+    return dx, dgamma, dbeta
 
 
-# ---------------------------------------------------------------------------------------
-# the fast path: the same formula in two reductions and one fused pass
-# ---------------------------------------------------------------------------------------
-def _grad_input(g: torch.Tensor, xhat: torch.Tensor, g_scale: torch.Tensor,
-                scale: torch.Tensor, sum_d, sum_dxhat: torch.Tensor,
-                n: int, m, shape, out: torch.Tensor | None = None) -> torch.Tensor:
-    r"""The boxed formula, as two fused multiply-adds over the full tensor:
-
-    .. math::
-
-        \frac{\partial L}{\partial x} = r\,\Big(d - \frac{\sum_S d}{n}
-        - \hat x\,\frac{\sum_S d\hat x}{m}\Big)
-        = \underbrace{g \cdot (\gamma r)}_{r\,d}
-        \;+\; \hat x\cdot\Big(-\frac{r\sum_S d\hat x}{m}\Big)
-        \;+\; \Big(-\frac{r\sum_S d}{n}\Big)
-
-    ``g_scale`` is what multiplies the incoming gradient :math:`g` (:math:`\gamma r`, or
-    :math:`r` without gamma), ``scale`` multiplies the set sums (:math:`r`, or
-    :math:`\gamma r` when gamma is constant on the set and the sums are of :math:`g`
-    rather than :math:`d = \gamma g`).  ``m`` is :math:`n` for the biased variance, or
-    :math:`(n - c)/\rho` for Weight Standardization.  ``sum_d`` is ``None`` for an
-    uncentered layout (RMSNorm: no mean term).  Everything but ``g`` and ``xhat`` is small.
-
-    The result is written through the view into a fresh tensor of the input's ``shape``
-    (or ``out``): autograd would copy a gradient that is a view before storing it.
-    """
-    slope = sum_dxhat * scale / (-m)                     # -r * sum_S(d x_hat) / m
-    if not writes_in_place():                            # torch.func: out of place
-        dx = g * g_scale + xhat * slope
-        return (dx if sum_d is None else dx + sum_d * scale * (-1.0 / n)).reshape(shape)
-    if out is None:  # else: a temporary of the input's shape, overwritten (may be g itself)
-        out = torch.empty(shape, dtype=g.dtype, device=g.device)
-    view = out.view(g.shape)
-    torch.mul(g, g_scale, out=view)                      # r d
-    if sum_d is not None:
-        view.add_(sum_d * scale * (-1.0 / n))            #     - r mean_S(d)
-    view.addcmul_(xhat, slope)                           #     - r x_hat sum_S(d x_hat) / m
-    return out
+def _recording_graph() -> bool:
+    """A second derivative is coming (``create_graph``), or torch.func, which differentiates
+    the backward itself: the backward must be built from x, out of place."""
+    return torch.is_grad_enabled() or torch._C._are_functorch_transforms_active()
 
 
 class Normalize(PositionalApply, torch.autograd.Function):
     r"""``y = gamma * (x - mu) / sqrt(var + eps) + beta`` over the sets of ``lay`` (BN in
     training, LN, IN, GN, RMSNorm), with the hand-derived backward (module docstring).
 
-    ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var, kept, inv_std)``;
-    only ``y`` is differentiable: ``mean`` and ``var`` (biased, in the view's keepdim shape)
-    are there for running statistics, ``kept`` and ``inv_std`` for the backward.
-
-    What the backward keeps: :math:`x-\mu` for BN, IN and GN, whose gamma is constant along
-    part of each set (:func:`~normcore.core.scale_is_small`: :math:`\hat x` is never formed);
-    :math:`\hat x` for LN and RMSNorm, whose gamma multiplies it element by element; on
-    large inputs nothing full-size (:mod:`normcore.rows` recomputes from x what it needs).
+    ``Normalize.apply(x, weight, bias, lay, eps)`` returns ``(y, mean, var, kept, r)``; only
+    ``y`` is differentiable: ``mean`` and ``var`` (biased, in the view's keepdim shape) are
+    there for running statistics, ``kept`` and ``r`` for the backward.  Which code computes
+    it is :func:`normcore.dispatch.family`'s choice: the reference (:mod:`normcore.core`,
+    :func:`boxed_backward`; ``kept`` is :math:`\hat x`) or the compiled kernels
+    (:mod:`normcore.kernels`; ``kept`` is each set's mean in float64, and x is read again).
     """
 
     generate_vmap_rule = True   # torch.func.vmap batches forward and backward as they are
 
     @staticmethod
     def forward(x, weight, bias, lay: Layout, eps: float):
-        if rows.applies(lay, x):            # large LN, RMSNorm, GN, IN: normcore.rows
-            return groups.forward_function(x, weight, bias, lay, eps)  # keeps no x - mu
-        xv = x.reshape(lay.view_shape).to(compute_dtype(x.dtype))
-        rounded, delta, var, centered = moment_parts(xv, lay)                 # (1)-(2)
-        mean = rounded if delta is None else rounded + delta
-        inv_std = inverse_std(var, eps)                                        # (3)
-        fmt = output_format(lay, x)                    # torch's memory format
-        if not writes_in_place():                      # torch.func: out of place
-            xhat = centered * inv_std                                          # (4)
-            y = affine_out_of_place(xhat, lay, weight, bias).reshape(lay.shape)  # (5)
-            # a fresh tensor, not a view: the caller may modify it in place (ReLU(inplace))
-            y = y.to(x.dtype).clone(memory_format=fmt)
-            return y, mean, var, centered if scale_is_small(lay) else xhat, inv_std
-        # The output: fresh (a view could not be modified in place), in torch's memory format
-        y = torch.empty_like(x, dtype=xv.dtype, memory_format=fmt)
-        yv = y.view(lay.view_shape)
-        if scale_is_small(lay):
-            # (4)-(5), rounded as few times as can be (float32, contiguous: a channels_last
-            # input keeps the single form, whose two passes are faster on its strides)
-            if xv.dtype == torch.float32 and x.is_contiguous():
-                terms = affine_terms(rounded, delta, var, eps, lay.affine_view_shape, weight, bias)
-                apply_affine_terms(xv, centered, terms, out=yv)
-            else:                                      # float64: nothing to gain
-                apply_affine(centered, inv_std, lay, weight, bias, out=yv)     # (4)-(5)
-            kept = centered                                                    # x - mu
-        else:
-            kept = torch.mul(centered, inv_std, out=None if centered is xv else centered)  # (4)
-            apply_affine(kept, None, lay, weight, bias, out=yv)                # (5), kept x_hat
-        return y.to(x.dtype), mean, var, kept, inv_std
+        family = dispatch.family(lay, x)
+        if family is not None:
+            return kernels.forward(family, x, weight, bias, lay, eps)
+        st = standardize(x, lay, eps)                                           # (1)-(4)
+        y = affine(st.xhat, lay, weight, bias).reshape(lay.shape)               # (5)
+        # a fresh tensor in torch's memory format, neither x_hat (which is saved) nor a view
+        # (the caller may modify the output in place: ReLU(inplace=True))
+        y = y.to(x.dtype, memory_format=output_format(lay, x), copy=y.dtype == x.dtype)
+        cdt = compute_dtype(x.dtype)
+        return y, st.mean.to(cdt), st.var.to(cdt), st.xhat, st.inv_std
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, weight, bias, lay, eps = inputs
         _, mean, var, kept, inv_std = output
-        by_rows = rows.applies(lay, x)       # normcore.rows: `kept` is small (rows._shifts)
-        ctx.save_for_backward(kept, inv_std, weight, x, bias, var)
-        ctx.kept_is_xhat = None if by_rows else not scale_is_small(lay)
+        ctx.save_for_backward(x, weight, kept, inv_std)
+        ctx.family = dispatch.family(lay, x)
         ctx.lay, ctx.eps = lay, eps
-        ctx.bias_dtype, ctx.x_dtype = None if bias is None else bias.dtype, x.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.mark_non_differentiable(mean, var, kept, inv_std)
         ctx.set_materialize_grads(False)     # no zero gradients for the other outputs
 
@@ -311,144 +259,43 @@ class Normalize(PositionalApply, torch.autograd.Function):
     def backward(ctx, grad_y, *_):
         if grad_y is None:                   # y was not used (only mean / var)
             return None, None, None, None, None
-        kept, inv_std, weight, x, bias, var = ctx.saved_tensors
-        if torch.is_grad_enabled() or not writes_in_place():
-            # a second derivative is coming, or torch.func (which always builds a graph)
-            return _differentiable_backward(ctx, grad_y, x, weight)
-        if ctx.kept_is_xhat is None:          # normcore.rows: `kept` is (mu0, delta)
-            return groups.backward_function(ctx, grad_y, kept, inv_std, weight, x)
+        x, weight, kept, inv_std = ctx.saved_tensors
         lay: Layout = ctx.lay
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        need_w, need_b = need_w and weight is not None, need_b and bias is not None
-        ndim, fmt = len(lay.view_shape), output_format(lay, x)   # fmt: torch's memory format
-        g = grad_y.reshape(lay.view_shape).to(kept.dtype)            # g = dL/dy
-        w = None if weight is None else weight.to(kept.dtype).reshape(lay.affine_view_shape)
-        # x_hat = kept * per_kept: (x - mu) * r (BN, IN, GN), or x_hat itself (LN, RMSNorm)
-        per_kept = None if ctx.kept_is_xhat else inv_std
-        # the view dims along which gamma and beta do not vary (size 1 in affine_view_shape)
-        const = tuple(k for k in range(ndim) if lay.affine_view_shape[k] == 1)
-        inner = tuple(k for k in lay.reduce_dims if k in const)      # in S, gamma constant
-        outer = tuple(k for k in lay.reduce_dims if k not in const)  # in S, gamma varies
-        param = tuple(k for k in const if k not in inner)            # outside S, gamma constant
-
-        if not outer and per_kept is not None and g.dtype == torch.float32:  # BN, IN
-            out = torch.empty_like(x, dtype=g.dtype, memory_format=fmt)
-            dx, dw, db = _float32_backward(lay, g, kept, var, ctx.eps, weight, inner, param,
-                                           (need_x, need_w, need_b), out)
-            return (dx if dx is None else dx.to(ctx.x_dtype, memory_format=fmt),
-                    dw if dw is None else dw.to(weight.dtype),
-                    db if db is None else db.to(ctx.bias_dtype), None, None)
-
-        # The only two passes over the whole tensor: sum g and g x_hat over `inner`
-        # (BN: per channel; IN, GN: per sample and channel; LN: nothing to sum, yet).
-        sum_g = sum_keep(g, inner) if ((need_x and inner and lay.centered) or need_b) else None
-        sum_gxhat = out = None
-        if (need_x and inner) or need_w:
-            if per_kept is None:
-                # for LN (no inner dims) this is the full-size g * x_hat: kept to reuse below
-                sum_gxhat = sum_of_products(g, kept, inner)
-            else:
-                # r is constant on S: sum g x_hat = r sum g (x - mu).  The product goes into
-                # the tensor that dx is then written over: one full-size tensor per pass
-                out = torch.empty_like(x, dtype=g.dtype, memory_format=fmt)
-                sum_gxhat = sum_of_products(g, kept, inner, out=out.view(g.shape)) * per_kept
-
-        grad_x = grad_w = grad_b = None
-        if need_b:                                    # dL/dbeta  = sum of g      (5)
-            grad_b = sum_keep(sum_g, param).reshape(lay.affine_shape).to(ctx.bias_dtype)
-        if need_w:                                    # dL/dgamma = sum of g x_hat (5)
-            grad_w = sum_keep(sum_gxhat, param).reshape(lay.affine_shape).to(weight.dtype)
-        if need_x:
-            grad_x = _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner,
-                                     outer, param, need_w, out).to(ctx.x_dtype, memory_format=fmt)
-        return grad_x, grad_w, grad_b, None, None
-
-
-def _float32_backward(lay: Layout, g, kept, var, eps: float, weight, inner, param, needs, out):
-    r"""``(dx, dgamma, dbeta)`` (None where not needed), float32 BN and IN (``kept``: x - mu):
-    :math:`dx = c_0 + (x-\mu)\,s + g\,c_1`, :math:`c_1 = \gamma r`, :math:`c_0 = -c_1\sum_S g/n`,
-    :math:`s = -c_1 r^2 \sum_S g (x-\mu)/n`, each rounded once from float64 (from float32 values
-    they took 3-4 roundings, shared by a channel); small terms first, :math:`g c_1` last (without
-    FMA, ``ATEN_CPU_CAPABILITY=default``, the largest values take 2 roundings, not 4)."""
-    need_x, need_w, need_b = needs
-    sum_gc = None                                       # out: x's shape, for g (x - mu), dx
-    sum_g = sum_keep(g, inner, double=True) if (need_x or need_b) else None       # sum_S g
-    if need_x or need_w:                                        # sum_S g (x - mu), float64
-        sum_gc = sum_of_products(g, kept, inner, out=out.view(g.shape), double=True)
-    r = torch.rsqrt(var.double() + eps)
-    dbeta = sum_keep(sum_g, param).reshape(lay.affine_shape) if need_b else None
-    dgamma = sum_keep(sum_gc * r, param).reshape(lay.affine_shape) if need_w else None
-    if need_x:
-        gr = r if weight is None else r * weight.double().reshape(lay.affine_view_shape)
-        c0 = (gr * sum_g * (-1.0 / lay.set_size)).to(g.dtype)
-        slope = (gr * r * r * sum_gc * (-1.0 / lay.set_size)).to(g.dtype)
-        out.view(g.shape).copy_(c0.expand_as(g)).addcmul_(kept, slope).addcmul_(g, gr.float())
-    return (out if need_x else None), dgamma, dbeta
-
-
-def _on_kept(per_xhat: torch.Tensor, per_kept) -> torch.Tensor:
-    """A factor of x_hat as a factor of the kept tensor: x_hat f = kept (per_kept f)."""
-    return per_xhat if per_kept is None else per_xhat * per_kept
-
-
-def _input_gradient(lay, g, kept, per_kept, inv_std, w, sum_g, sum_gxhat, inner, outer,
-                    param, need_w, out=None):
-    """dL/dx by the boxed formula, in the fewest passes for where gamma lives.  x_hat is
-    ``kept * per_kept`` (``per_kept`` None: ``kept`` is x_hat): the term in x_hat is taken on
-    ``kept``, its per-set factor times ``per_kept``.  ``out``: a spare tensor of the input's
-    shape for dx (BN, IN, GN), or None."""
-    n, centered = lay.set_size, lay.centered
-    if not outer:
-        # BN, IN (and no gamma): gamma is constant on S, so it factors out of the sums:
-        #   r (d - sum d / n - x_hat sum d x_hat / n)
-        # = (gamma r) (g - sum g / n - x_hat sum g x_hat / n)
-        g_scale = inv_std if w is None else inv_std * w             # d r = g (gamma r)
-        return _grad_input(g, kept, g_scale, g_scale, sum_g if centered else None,
-                           _on_kept(sum_gxhat, per_kept), n, n, lay.shape, out)
-    if not inner:
-        # LN, RMSNorm: gamma varies along every dim of S, so nothing of g was summed yet;
-        # form d = gamma g once and take both set sums of it (a dot product each).  Large
-        # temporaries cost page faults: d goes into the buffer of g x_hat once its gamma
-        # gradient is taken (not when grad_w is that very buffer: no leading dims), and dx
-        # is then written over d.  (Here kept is x_hat.)
-        spare = sum_gxhat if (need_w and param and sum_gxhat.shape == g.shape) else None
-        d = g if w is None else torch.mul(g, w, out=spare)
-        sum_d = sum_keep(d, lay.reduce_dims) if centered else None
-        sum_dxhat = sum_of_products(d, kept, lay.reduce_dims)
-        reuse = w is not None and d.is_contiguous()
-        return _grad_input(d, kept, inv_std, inv_std, sum_d, sum_dxhat, n, n, lay.shape,
-                           out=d.view(lay.shape) if reuse else None)
-    # GN: gamma varies inside S along the group's channels; finish the set sums of
-    # d = gamma g (sum_S gamma g, sum_S gamma g x_hat: sums of small per-channel tensors)
-    g_scale = inv_std if w is None else inv_std * w                 # d r = g (gamma r)
-    # (also LN and RMSNorm when normalized_shape has a size-1 dim: gamma is constant there;
-    # RMSNorm has no mean term, and sum_g was not taken)
-    if not centered:
-        sum_d = None
-    else:
-        sum_d = sum_keep(sum_g if w is None else sum_g * w, outer)
-    sum_dxhat = sum_keep(sum_gxhat if w is None else sum_gxhat * w, outer)
-    return _grad_input(g, kept, g_scale, inv_std, sum_d, _on_kept(sum_dxhat, per_kept),
-                       n, n, lay.shape, out)
-
-
-def _differentiable_backward(ctx, grad_y, x, weight):
-    """Normalize's backward by :func:`boxed_backward`, with x_hat recomputed from the saved
-    input (which carries its graph) in out-of-place ops: the result is differentiable again
-    (double backward) and can be batched by ``torch.func.vmap``."""
-    lay = ctx.lay
-    _, var, centered = moments(x.reshape(lay.view_shape).to(compute_dtype(x.dtype)), lay)
-    inv_std = inverse_std(var, ctx.eps)
-    dx, dw, db = boxed_backward(grad_y, centered * inv_std, inv_std, weight, lay)
-    need = ctx.needs_input_grad
-    return (dx.to(x.dtype) if need[0] else None,
-            dw.to(weight.dtype) if need[1] and weight is not None else None,
-            db.to(ctx.bias_dtype) if need[2] and ctx.bias_dtype is not None else None, None, None)
+        need_b = need_b and ctx.bias_dtype is not None
+        if _recording_graph() or ctx.family is None:
+            if _recording_graph():           # x_hat again, from x and its graph
+                st = standardize(x, lay, ctx.eps)
+                kept, inv_std = st.xhat, st.inv_std
+            dx, dw, db = boxed_backward(grad_y, kept, inv_std, weight, lay,
+                                        (need_x, need_w, need_b))
+        else:
+            dx, dw, db = kernels.backward(ctx.family, grad_y, x, weight, kept, inv_std, lay)
+        return (dx.to(x.dtype, memory_format=output_format(lay, x)) if need_x else None,
+                dw.to(weight.dtype) if need_w and weight is not None else None,
+                db.to(ctx.bias_dtype) if need_b else None, None, None)
 
 
 # ---------------------------------------------------------------------------------------
 # Weight Standardization
 # ---------------------------------------------------------------------------------------
+def _ws_terms(weight: torch.Tensor, eps: float, correction: int, eps_mode: str):
+    r"""``(w_hat, r, m)`` in the reference's dtype (float64 for a float32 weight): the output,
+    r, and the divisor :math:`m = (n - c)/\rho` of the gradient's last term; at
+    :math:`\sigma = 0` with :math:`\epsilon` outside, :math:`m = \infty` (:math:`\hat w = 0`
+    there, and ``torch.std``'s backward drops the term too).  Out of place: differentiable
+    when ``weight`` carries its graph."""
+    lay = layout("layer", weight.shape)                 # S = one output channel's weights
+    st = standardize(weight, lay, eps, correction, eps_mode)
+    n_c = lay.set_size - correction
+    if eps_mode == "inside":
+        m = torch.full_like(st.var, float(n_c))                              # rho = 1
+    else:
+        std = st.var.sqrt()                                                  # rho = (s + e) / s
+        m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
+    return st.xhat, st.inv_std, m
+
+
 class WeightStandardize(PositionalApply, torch.autograd.Function):
     r"""``w_hat = (w - mu) / sqrt(var + eps)`` or ``(w - mu) / (std + eps)`` per output
     channel, with variance correction ``c``, and the hand-derived backward
@@ -460,47 +307,40 @@ class WeightStandardize(PositionalApply, torch.autograd.Function):
         \rho = 1 \text{ (inside)},\quad \rho = \frac{\sigma+\epsilon}{\sigma} \text{ (outside)}.
 
     ``WeightStandardize.apply(weight, eps, correction, eps_mode)`` returns ``(w_hat, kept,
-    inv_std, m)``: the output, and what the backward keeps (non-differentiable).
+    inv_std, m)``: the output, and what the backward keeps (non-differentiable).  With
+    ``create_graph=True`` the backward recomputes them from the weight: a MAML-style second
+    derivative goes through it.
     """
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(weight, eps: float, correction: int, eps_mode: str):
-        lay = layout("layer", weight.shape)             # S = one output channel's weights
-        # a weight is small: float32 goes through float64 (was up to 1.9x torch's error)
-        wd = weight.double() if weight.dtype == torch.float32 else weight
-        w_hat, _mean, var, inv_std = standardize(wd, lay, eps, correction, eps_mode)
-        # m = (n - c) / rho, the divisor of the last term of the gradient
-        n_c = lay.set_size - correction
-        if eps_mode == "inside":
-            m = torch.full_like(var, float(n_c))                          # rho = 1
-        else:
-            std = var.sqrt()
-            # rho = (sigma + eps) / sigma.  At sigma = 0 the term is 0 (w_hat = 0 there,
-            # and torch.std's backward drops it too); m = inf gives exactly that.
-            m = torch.where(std > 0, n_c * std / (std + eps), torch.full_like(std, float("inf")))
-        if weight.dtype == torch.float32 and FUSED_MULTIPLY_ADD:
-            w_hat = w_hat.to(torch.float32)       # kept rounded: core.ws_grad_input's float32 form
+        w_hat, r, m = _ws_terms(weight, eps, correction, eps_mode)
         # a copy: the output must be neither w_hat (saved) nor a view of it
-        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True), w_hat, inv_std, m
+        return w_hat.reshape(weight.shape).to(weight.dtype, copy=True), w_hat, r, m
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*output[1:])
+        weight, eps, correction, eps_mode = inputs
+        ctx.save_for_backward(weight, *output[1:])
         ctx.mark_non_differentiable(*output[1:])
-        ctx.lay, ctx.dtype = layout("layer", inputs[0].shape), inputs[0].dtype
+        ctx.args = (eps, correction, eps_mode)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_what, *_):
-        w_hat, inv_std, m = ctx.saved_tensors
-        lay: Layout = ctx.lay
-        d = grad_what.reshape(lay.view_shape).to(w_hat.dtype)     # d = dL/dw_hat (no gamma)
-        wide = w_hat.dtype == torch.float32                       # the sums in float64
-        buf = torch.empty_like(d) if wide else None               # d w_hat, then the gradient
-        sum_d = sum_keep(d, lay.reduce_dims, double=wide)                        # sum_S d
-        sum_dwhat = sum_of_products(d, w_hat, lay.reduce_dims, buf, double=wide)  # sum_S d w_hat
-        buf = buf if writes_in_place() else None
-        grad_w = ws_grad_input(d, w_hat, inv_std, sum_d, sum_dwhat, lay.set_size, m, buf)
-        return grad_w.reshape(lay.shape).to(ctx.dtype), None, None, None
+        weight, w_hat, r, m = ctx.saved_tensors
+        if _recording_graph():
+            w_hat, r, m = _ws_terms(weight, *ctx.args)
+        lay = layout("layer", weight.shape)
+        d = grad_what.to(w_hat.dtype, memory_format=torch.contiguous_format).reshape(
+            lay.view_shape)                                       # d = dL/dw_hat (no gamma)
+        grad = ws_grad_input(d, w_hat, r, m, lay)
+        return grad.reshape(weight.shape).to(weight.dtype), None, None, None
+
+
+def ws_grad_input(d, w_hat, r, m, lay: Layout) -> torch.Tensor:
+    r"""The boxed formula of Weight Standardization, :math:`r\,(d - \overline{d} - \hat w
+    \sum d\hat w / m)`, on the view; out of place (differentiable again)."""
+    n, dims = lay.set_size, lay.reduce_dims
+    return r * (d - set_sum(d, dims) / n - w_hat * (set_sum(d * w_hat, dims) / m))

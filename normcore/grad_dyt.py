@@ -74,8 +74,8 @@ from __future__ import annotations
 import torch
 
 from .axes import Layout
-from .core import PositionalApply, compute_dtype, writes_in_place
-from .passes import sum_keep, sum_of_products
+from .core import PositionalApply, compute_dtype, set_sum
+from .dispatch import recording as _recording
 
 __all__ = ["DyTFunction", "dyt_formula", "dyt_backward", "tanh_derivative"]
 
@@ -119,7 +119,7 @@ def dyt_formula(x: torch.Tensor, alpha: torch.Tensor, weight=None, bias=None,
         p is not None and p.requires_grad for p in (x, alpha, weight, bias))
     u = x.to(cdt) * alpha.to(cdt).reshape(())                      # (1) u = alpha x
     t = torch.tanh(u) if recording else u.tanh_()                  # (2) t = tanh(u)
-    in_place = not recording and writes_in_place()                # not under torch.func
+    in_place = not recording and not _recording()                 # not under torch.func
     return _affine(t, weight, bias, lay, out=t if in_place else None).to(x.dtype)   # (3)
 
 
@@ -144,9 +144,9 @@ def dyt_backward(g, x, alpha, weight, t, lay: Layout | None, needs=(True,) * 4):
         # gamma and beta are shared along the view's dims where they have size 1
         shared = tuple(k for k, s in enumerate(lay.affine_view_shape) if s == 1)
         if need_b:
-            grad_b = sum_keep(gv, shared).reshape(lay.affine_shape)           # sum g
+            grad_b = set_sum(gv, shared).to(t.dtype).reshape(lay.affine_shape)       # sum g
         if need_w:
-            grad_w = sum_of_products(gv, tv, shared).reshape(lay.affine_shape)  # sum g t
+            grad_w = set_sum(gv * tv, shared).to(t.dtype).reshape(lay.affine_shape)  # sum g t
     if need_x or need_a:
         d = gv if weight is None else gv * weight.to(t.dtype).reshape(lay.affine_view_shape)
         e = d * tanh_derivative(tv)                   # dL/du = gamma g (1 - t^2)
@@ -172,7 +172,7 @@ class DyTFunction(PositionalApply, torch.autograd.Function):
         t = (x.to(cdt) * alpha.to(cdt).reshape(())).tanh_()          # (1)-(2), kept
         # (3) into a fresh tensor: the output must be neither t (saved) nor a view of it
         # (out of place under torch.func, whose batched values fit no plain tensor)
-        out = torch.empty(t.shape, dtype=t.dtype, device=t.device) if writes_in_place() else None
+        out = torch.empty(t.shape, dtype=t.dtype, device=t.device) if not _recording() else None
         y = t.clone() if weight is None and bias is None else _affine(t, weight, bias, lay, out)
         if out is None and (weight is not None or bias is not None):
             y = y.clone()     # out of place, y is a view; the caller may modify it in place

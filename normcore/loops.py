@@ -1,26 +1,20 @@
-r"""LayerNorm and RMSNorm over the rows of a ``(sets, |S|)`` view, and GroupNorm and
-InstanceNorm over the sets of a contiguous input, one row (set) at a time: the formula as
-two loops over it (both sums, then the output); GroupNorm, InstanceNorm and BatchNorm on ``channels_last`` memory by
-samples or chunks of positions (:func:`forward_positions`).  Compiled by numba when it is
-installed (the extra ``normcore[fast]``; without it :mod:`normcore.rows` and
-:mod:`normcore.groups` run their blocks of torch ops).
+r"""The compiled kernels' loops for contiguous memory: LayerNorm and RMSNorm over the rows of a
+``(sets, |S|)`` view; GroupNorm and InstanceNorm over their sets, one set (C/G channels of P
+positions) at a time.  :mod:`normcore.positions` has the loops for ``channels_last`` memory;
+:mod:`normcore.kernels` calls both, when :func:`normcore.dispatch.family` says so.
 
-Why: in eager PyTorch every step of the formula is one pass of a torch op over its tensors,
-and the blocks of :mod:`normcore.rows` make five passes where torch's fused kernel makes one
-(LayerNorm over the last dim stayed at 2.3-2.6x torch's time, however the passes were cut).
-Here each row (2 KB for 512 float32 values; a GroupNorm set of 2 channels of 32 x 32, 8 KB)
-is read from memory once and then stays in the cache for the loops after the first, as in
-torch's kernels, and each value of the output is written once.  The sums are in float64, and
-each output is formed in float64 and rounded once: more accurate than torch's float32
-kernels (LayerNorm's y about a third of torch's error), not less.
+In eager PyTorch every step of the formula is one pass of a torch op over its tensors.  Here a
+row is read from memory once, stays in the cache for the loops after the first, and each value
+of the output is written once, as in torch's fused kernels.  The sums are in float64, and
+each output is formed in float64 and rounded once.
 
-The kernels are plain Python (:func:`forward_rows`, :func:`backward_rows`; for GN and IN,
-whose gamma is one value per channel, :func:`forward_sets`, :func:`backward_sets`): read
-them as the formula, one row at a time, or run them uncompiled on a small input.  Compiled,
-they release the GIL, and :func:`forward` and :func:`backward` (:func:`forward_by_sets`,
-:func:`backward_by_sets`) split the rows among torch's threads.  The rows are taken in fixed
-chunks of about :data:`CHUNK_ELEMENTS`, whose column sums (dgamma, dbeta) are added in a
-fixed order: the results do not depend on the number of threads.
+The kernels are plain Python: read them as the formula, one row at a time, or run them
+uncompiled on a small input (tests/test_kernels.py does, against the compiled ones).
+Compiled (:func:`compiled`), they release the GIL, and :func:`forward`, :func:`backward`,
+:func:`forward_by_sets` and :func:`backward_by_sets` split the rows among torch's threads in
+chunks of about :data:`CHUNK_ELEMENTS`.  Each row is computed whole by one thread, so a row's
+output does not depend on the other rows, the batch size or the thread count; the chunks'
+column sums (dgamma, dbeta) are added in a fixed order.
 
 Forward, for each row :math:`x` of :math:`n` values (:math:`\mu = 0` for RMSNorm), the
 sums of :math:`x - k` and :math:`(x - k)^2` in one pass, about the row's first value
@@ -45,13 +39,12 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import torch
 
-__all__ = ["CHUNK_ELEMENTS", "ONE_PASS_RATIO", "DTYPES", "available", "takes", "forward",
-           "backward", "forward_by_sets", "backward_by_sets", "forward_rows", "backward_rows",
-           "forward_sets", "backward_sets"]
+__all__ = ["CHUNK_ELEMENTS", "PARTS_BYTES", "ONE_PASS_RATIO", "FASTMATH", "compiled",
+           "forward", "backward", "forward_by_sets", "backward_by_sets", "forward_rows",
+           "backward_rows", "forward_sets", "backward_sets"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
@@ -62,18 +55,23 @@ PARTS_BYTES = 1 << 22
 #: first pass's sum of squares is more than this times the sum of squared deviations: the
 #: one pass then loses more than 4 of float64's 16 digits to cancellation
 ONE_PASS_RATIO = 1e4
-#: the dtypes the compiled kernels read (a half-precision x takes :mod:`normcore.rows`' blocks)
-DTYPES = (torch.float32, torch.float64)
+#: numba's fast-math flags for every kernel: ``reassoc`` lets the float64 sums be reordered
+#: so that they vectorize (benchmarks/speed.py measures the kernels); the order changes a float64 sum of a few
+#: thousand values by far less than one float32 rounding, and tests/test_kernels.py holds
+#: the kernels compiled with and without it to the same float32 results
+FASTMATH = frozenset({"reassoc"})
 
 
-def forward_rows(x, w, b, eps, centered, y, stats, chunk, lo, hi):
+def forward_rows(x, w, b, eps, centered, ratio, y, stats, chunk, lo, hi):
     """Rows ``chunk * lo`` to ``chunk * hi`` of ``x`` normalized into ``y``; per row
-    ``stats[0]`` the mean, ``stats[1]`` the variance, ``stats[2]`` r, in float64."""
+    ``stats[0]`` the mean, ``stats[1]`` the variance, ``stats[2]`` r, in float64; a row is
+    summed again about its mean when the first pass cancelled past ``ratio``
+    (:data:`ONE_PASS_RATIO`)."""
     rows, n = x.shape
     for i in range(chunk * lo, min(chunk * hi, rows)):
         # one pass for both sums, about the row's first value k0 (0 for RMSNorm): then
         # sum (x - k0)^2 is at most n + 1 times n sigma^2, and the variance loses at most
-        # log10(n + 1) of float64's 16 digits; past ONE_PASS_RATIO, again about the mean
+        # log10(n + 1) of float64's 16 digits; past `ratio`, again about the mean
         k0 = float(x[i, 0]) if centered else 0.0
         for attempt in range(2):
             t = 0.0
@@ -82,7 +80,7 @@ def forward_rows(x, w, b, eps, centered, y, stats, chunk, lo, hi):
                 d = float(x[i, j]) - k0
                 t += d
                 q += d * d
-            if not centered or q <= ONE_PASS_RATIO * (q - t * t / n) or attempt == 1:
+            if not centered or q <= ratio * (q - t * t / n) or attempt == 1:
                 break
             k0 += t / n
         mu = k0 + t / n if centered else 0.0                                    # (1)
@@ -118,7 +116,7 @@ def backward_rows(x, g, w, mu, r, centered, dx, parts, chunk, lo, hi):
                 dx[i, j] = ri * (float(g[i, j]) * w[j] - c - xh * a)
 
 
-def forward_sets(x, w, b, eps, y, stats, chunk, lo, hi):
+def forward_sets(x, w, b, eps, ratio, y, stats, chunk, lo, hi):
     """GroupNorm and InstanceNorm on contiguous memory: sets ``chunk * lo`` to ``chunk * hi``
     of ``x`` (``(N G, C/G, P)``: a set's channels, each of ``P`` positions) normalized into
     ``y``, with gamma and beta ``(G, C/G)``; per set the mean, variance and r into ``stats``."""
@@ -135,7 +133,7 @@ def forward_sets(x, w, b, eps, y, stats, chunk, lo, hi):
                     d = float(x[s, c, j]) - k0
                     t += d
                     q += d * d
-            if q <= ONE_PASS_RATIO * (q - t * t / n) or attempt == 1:
+            if q <= ratio * (q - t * t / n) or attempt == 1:
                 break
             k0 += t / n                                       # about the mean, again
         mu = k0 + t / n                                                         # (1)
@@ -182,47 +180,26 @@ def backward_sets(x, g, w, mu, r, dx, parts, chunk, lo, hi):
 
 _compiled: dict = {}
 _pool: list = []
-#: numpy, imported with numba (:func:`available`): :mod:`normcore.positions`' kernels make
-#: small per-channel arrays with it
-np: Any = None
 # a forked child (a DataLoader worker) has none of the pool's threads: it makes its own
 os.register_at_fork(after_in_child=_pool.clear)
 
 
-def available() -> bool:
-    """Whether the compiled kernels can run: numba is installed, and ``NORMCORE_NUMBA`` is not
-    ``0`` (which keeps :mod:`normcore.rows`' torch blocks, e.g. to compare the two)."""
-    if os.environ.get("NORMCORE_NUMBA", "1") == "0":
-        return False
-    global np
-    if "numba" not in _compiled:
+def compiled(func, fastmath=FASTMATH):
+    """``func`` compiled by numba: without the GIL, with :data:`FASTMATH`, and cached on disk.
+    A kernel reads no module constant (each is an argument), so numba's cache, keyed by the
+    kernel's own source file, cannot serve a kernel built from an older value; the kernels'
+    globals are checked against that by tests/test_kernels.py."""
+    key = (func.__module__, func.__name__, frozenset(fastmath))
+    if key not in _compiled:
         try:
             import numba
-            import numpy
-        except ImportError:
-            numba = None
-        else:
-            np = numpy
-        _compiled["numba"] = numba
-    return _compiled["numba"] is not None
-
-
-def takes(x: torch.Tensor) -> bool:
-    """Whether the compiled kernels take ``x``: a float32 or float64 tensor on the CPU, in
-    eager mode (torch.compile traces the torch ops instead), with numba installed."""
-    return (x.device.type == "cpu" and x.dtype in DTYPES and not torch.compiler.is_compiling()
-            and available())
-
-
-def _kernel(func):
-    """``func`` compiled: without the GIL, cached on disk, and with the sums reassociated so
-    that they vectorize (float64 sums of at most a few thousand values: the order changes
-    them by far less than a float32 rounding)."""
-    key = f"{func.__module__}.{func.__name__}"
-    if key not in _compiled:
-        numba = _compiled["numba"]
-        _compiled[key] = numba.njit(nogil=True, cache=True, error_model="numpy",
-                                    fastmath={"reassoc", "nsz"})(func)
+        except ImportError as err:      # normcore.dispatch sends nothing here without numba
+            raise ImportError("normcore's compiled kernels need numba: install the extra "
+                              "normcore[fast], or switch them off: normcore.use_kernels(False)"
+                              ) from err
+        # numba's disk cache does not key on the flags: only the default flags use it
+        _compiled[key] = numba.njit(nogil=True, cache=fastmath == FASTMATH,
+                                    error_model="numpy", fastmath=set(fastmath))(func)
     return _compiled[key]
 
 
@@ -265,9 +242,9 @@ def forward_by_sets(x3: torch.Tensor, eps: float, weight, bias, groups: int,
     stats = torch.empty(3, sets, dtype=torch.float64)
     chunk, chunks = _chunks(sets, cg * p)
     shape = (groups, cg)
-    _run(_kernel(forward_sets), chunks, x3.detach().numpy(),
+    _run(compiled(forward_sets), chunks, x3.detach().numpy(),
          _vector(weight, groups * cg, 1.0).reshape(shape),
-         _vector(bias, groups * cg, 0.0).reshape(shape), float(eps), y3.numpy(),
+         _vector(bias, groups * cg, 0.0).reshape(shape), float(eps), ONE_PASS_RATIO, y3.numpy(),
          stats.numpy(), chunk)
     return stats
 
@@ -280,7 +257,7 @@ def backward_by_sets(g3: torch.Tensor, x3: torch.Tensor, weight, groups: int, mu
     sets, cg, p = x3.shape
     chunk, chunks = _chunks(sets, cg * p)
     parts = torch.zeros(2, chunks, groups, cg, dtype=torch.float64)
-    _run(_kernel(backward_sets), chunks, x3.detach().numpy(), g3.detach().numpy(),
+    _run(compiled(backward_sets), chunks, x3.detach().numpy(), g3.detach().numpy(),
          _vector(weight, groups * cg, 1.0).reshape(groups, cg), mu.reshape(sets).numpy(),
          r.reshape(sets).numpy(), dx3.numpy(), parts.numpy(), chunk)
     return parts.sum(1).reshape(2, groups * cg)
@@ -292,8 +269,9 @@ def forward(x2: torch.Tensor, eps: float, centered: bool, weight, bias, y2: torc
     rows, n = x2.shape
     stats = torch.empty(3, rows, dtype=torch.float64)
     chunk, chunks = _chunks(rows, n)
-    _run(_kernel(forward_rows), chunks, x2.detach().numpy(), _vector(weight, n, 1.0),
-         _vector(bias, n, 0.0), float(eps), centered, y2.numpy(), stats.numpy(), chunk)
+    _run(compiled(forward_rows), chunks, x2.detach().numpy(), _vector(weight, n, 1.0),
+         _vector(bias, n, 0.0), float(eps), centered, ONE_PASS_RATIO, y2.numpy(), stats.numpy(),
+         chunk)
     return stats
 
 
@@ -305,7 +283,7 @@ def backward(g2: torch.Tensor, x2: torch.Tensor, weight, mu: torch.Tensor, r: to
     rows, n = x2.shape
     chunk, chunks = _chunks(rows, n)
     parts = torch.zeros(2, chunks, n, dtype=torch.float64)
-    _run(_kernel(backward_rows), chunks, x2.detach().numpy(), g2.detach().numpy(),
+    _run(compiled(backward_rows), chunks, x2.detach().numpy(), g2.detach().numpy(),
          _vector(weight, n, 1.0), mu.reshape(rows).numpy(), r.reshape(rows).numpy(), centered,
          dx2.numpy(), parts.numpy(), chunk)
     return parts.sum(1)

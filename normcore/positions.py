@@ -1,22 +1,19 @@
-r"""GroupNorm, InstanceNorm and BatchNorm on ``channels_last`` memory, compiled by numba: the
-kernels of :mod:`normcore.loops` for the ``(N, P, C)`` view of the input's own memory
-(samples, positions, channels; BatchNorm is one sample of every position), where a set's
-values are spread over the positions, C apart.
+r"""The compiled kernels' loops for ``channels_last`` memory: GroupNorm, InstanceNorm and
+BatchNorm on the ``(N, P, C)`` view of the input's own memory (samples, positions, channels;
+BatchNorm is one sample of every position), where a set's values are spread over the
+positions, C apart.  Compiled and run as :mod:`normcore.loops`' kernels are.
 
 * Forward, GN and IN (:func:`sample_forward`): sample by sample while it is in cache, the
   sums per channel about the channel's first value (again about its mean where that
   cancelled past :data:`normcore.loops.ONE_PASS_RATIO`), each set's mean and variance from
   its channels' (exactly: the squared deviations plus the spread of the channel means),
-  then the output.  BN's one sample (:func:`forward_positions`): the same sums by chunks of
-  positions among the threads, combined in torch, then the output by chunks.
+  then the output.  One sample is one thread's: its output does not depend on the others.
+  BN's one sample (:func:`forward_positions`): the same sums by chunks of positions among the
+  threads, combined in float64, then the output by chunks.
 * Backward (:func:`backward_positions`): per sample and channel :math:`\sum g\,(x-\mu)` and
   :math:`\sum g`, then :math:`\partial L/\partial x = g\,\gamma r - (x-\mu)\,r^2
   \sum_S d\hat x/n - r \sum_S d/n` with :math:`d = g\gamma`.
 * BN and IN in eval mode (:func:`backward_fixed`): dx and both sums in one pass.
-
-Measured at (32, 64, 32, 32), one thread, against torch: BN train fwd 1.5-1.8x, fwd+bwd
-1.4-1.5x (torch ops alone 2.1-2.3x); GN fwd 1.6-1.8x (2.0-2.3x); BN eval fwd+bwd 1.1-1.2x
-(1.9-2.1x).
 """
 from __future__ import annotations
 
@@ -56,12 +53,12 @@ def position_sums(x, m, g, with_g, parts, span, lo, hi):
                     parts[1, n, k, c] += d * d
 
 
-def sample_forward(x, w, b, eps, per_group, y, stats, lo, hi):
+def sample_forward(x, w, b, eps, per_group, ratio, y, stats, lo, hi):
     """``channels_last`` memory, ``x`` of ``(N, P, C)``: samples ``lo`` to ``hi`` normalized
     into ``y``, each while it is in cache (GroupNorm, InstanceNorm); sets of ``per_group``
     consecutive channels; per set the mean, variance and r into ``stats``.  The sums per
     channel about its first position's value, again about the channel's mean where that
-    cancelled too much (:data:`ONE_PASS_RATIO`), then each set's from its channels'."""
+    cancelled past ``ratio`` (:data:`ONE_PASS_RATIO`), then each set's from its channels'."""
     _, positions, channels = x.shape
     groups = channels // per_group
     for n in range(lo, hi):
@@ -82,7 +79,7 @@ def sample_forward(x, w, b, eps, per_group, y, stats, lo, hi):
                     s2[c] += d * d
             again = False
             for c in range(channels):
-                if s2[c] > ONE_PASS_RATIO * (s2[c] - s1[c] * s1[c] / positions):
+                if s2[c] > ratio * (s2[c] - s1[c] * s1[c] / positions):
                     again = True
             if not again or attempt == 1:
                 break
@@ -140,11 +137,18 @@ def fixed_backward(x, g, m, q, dx, parts, span, lo, hi):
 
 
 def _kernel(func):
-    """:func:`normcore.loops._kernel`, with this module's ``np`` set first (numba reads a
-    kernel's globals when it compiles it)."""
+    """:func:`normcore.loops.compiled`, with this module's ``np`` set first (numba reads a
+    kernel's globals when it compiles it; numpy is imported only with numba)."""
     global np
-    np = loops.np
-    return loops._kernel(func)
+    if np is None:
+        try:
+            import numpy
+        except ImportError as err:      # normcore.dispatch sends nothing here without it
+            raise ImportError("normcore's compiled kernels need numpy: install the extra "
+                              "normcore[fast], or switch them off: normcore.use_kernels(False)"
+                              ) from err
+        np = numpy
+    return loops.compiled(func)
 
 
 def _spans(x3: torch.Tensor) -> tuple[int, int]:
@@ -168,7 +172,7 @@ def _position_moments(x3, m, span: int, chunks: int, g3=None):
 
 
 def forward_positions(x3: torch.Tensor, eps: float, weight, bias, per_group: int,
-                      y3: torch.Tensor):
+                      y3: torch.Tensor, per_sample: bool = True):
     r"""GroupNorm, InstanceNorm and BatchNorm on ``channels_last`` memory: ``y3`` from ``x3``
     (``(N, P, C)``, contiguous: samples, positions, channels; BatchNorm is one sample of every
     position), with sets of ``per_group`` consecutive channels of a sample; returns the
@@ -179,10 +183,11 @@ def forward_positions(x3: torch.Tensor, eps: float, weight, bias, per_group: int
     :data:`ONE_PASS_RATIO`); then the output."""
     N, P, C = x3.shape
     G = C // per_group
-    if N > 1:                 # GN, IN: sample by sample (by N alone: the same on any threads)
+    if per_sample:            # GN, IN: sample by sample, each whole on one thread
         stats = torch.empty(3, N * G, dtype=torch.float64)
         _run(_kernel(sample_forward), N, x3.detach().numpy(), _vector(weight, C, 1.0),
-             _vector(bias, C, 0.0), float(eps), per_group, y3.numpy(), stats.numpy())
+             _vector(bias, C, 0.0), float(eps), per_group, ONE_PASS_RATIO, y3.numpy(),
+             stats.numpy())
         return stats
     span, chunks = _spans(x3)
     m = x3[:, 0, :].double()

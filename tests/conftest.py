@@ -6,9 +6,8 @@ test file before).
 When /usr/bin/chromium is missing the browser tests skip, except under CI (CI=true), where
 they fail.
 
-One fixture of the package tests: `loops_or_blocks`, which runs a test of a large LayerNorm,
-RMSNorm, GroupNorm or InstanceNorm by each of its two paths (normcore.loops' compiled
-kernels; normcore.rows' and normcore.groups' blocks of torch ops).
+One fixture of the package tests: `both_paths`, which runs a test by each of the two
+implementations normcore.dispatch chooses from: the compiled kernels and the reference.
 """
 
 from __future__ import annotations
@@ -84,13 +83,11 @@ def demo_site(tmp_path_factory):
         yield server
 
 
-@pytest.fixture(params=["loops", "blocks"])
-def loops_or_blocks(request, monkeypatch):
-    """The test twice: by normcore.loops' compiled kernels (numba is in requirements.txt, so
-    they must run here) and by the blocks of torch ops (``NORMCORE_NUMBA=0``, as without
-    numba)."""
-    from normcore import loops
-    if request.param == "blocks":
-        monkeypatch.setenv("NORMCORE_NUMBA", "0")
-    assert loops.available() == (request.param == "loops"), request.param
-    return request.param
+@pytest.fixture(params=["kernels", "reference"])
+def both_paths(request):
+    """The test twice: with the compiled kernels switched on (numba is in requirements.txt, so
+    they must run here) and off (every call the reference)."""
+    import normcore
+    with normcore.use_kernels(request.param == "kernels"):
+        assert normcore.kernels_enabled() == (request.param == "kernels"), request.param
+        yield request.param

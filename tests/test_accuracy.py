@@ -87,21 +87,14 @@ OPS["layer_norm"] = (lambda x, w, b: F.layer_norm(x, x.shape[-1:], w.repeat(x.sh
                                                   b.repeat(x.shape[-1] // 16)),
                     lambda x, w, b: TF.layer_norm(x, x.shape[-1:], w.repeat(x.shape[-1] // 16),
                                                   b.repeat(x.shape[-1] // 16)))
-# the small shape takes normcore.grad.Normalize's plain path, the large one normcore.rows
-# (or normcore.groups): by normcore.loops' kernels, and without numba by blocks of torch ops
-SHAPES = {"small": (8, 16, 16, 16), "rows": (16, 16, 64, 64), "rows, no numba": (16, 16, 64, 64)}
-
-
-def _path(size, monkeypatch):
-    if size.endswith("no numba"):
-        monkeypatch.setenv("NORMCORE_NUMBA", "0")
+# two sizes, each by both paths (the kernels and the reference)
+SHAPES = {"small": (8, 16, 16, 16), "large": (16, 16, 64, 64)}
 
 
 @pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("kind", ["big_mean", "near_const"])
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size, monkeypatch):
-    _path(size, monkeypatch)
+def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size, both_paths):
     # before: 2-5x torch's error on y, dx and dgamma (the rounded mean shifted x_hat)
     ours, theirs = OPS[op]
     x = _x(SHAPES[size], kind)
@@ -111,9 +104,9 @@ def test_no_worse_than_torch_when_the_mean_dominates(op, kind, size, monkeypatch
 
 @pytest.mark.parametrize("batch", [4, 16])
 @pytest.mark.parametrize("kind", ["normal", "big_mean"])
-def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch, loops_or_blocks):
+def test_layer_norm_over_long_sets_no_worse_than_torch(kind, batch, both_paths):
     # before: 4x torch's error on y and dx with one set of 32 * 32 * 64 values
-    # (vector_norm's float32 sum of squares); batch 16 takes normcore.rows
+    # (vector_norm's float32 sum of squares); both batch sizes by both paths
     x = _x((batch, 64, 32, 32), kind)
     w, b = _affine(64 * 32 * 32)
     w, b = w.reshape(64, 32, 32), b.reshape(64, 32, 32)
@@ -161,8 +154,7 @@ def test_instance_norm_hypothesis_case_under_generic_kernels():
 
 @pytest.mark.parametrize("size", sorted(SHAPES))
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_well_conditioned_within_four_roundings(op, size, monkeypatch):
-    _path(size, monkeypatch)
+def test_well_conditioned_within_four_roundings(op, size, both_paths):
     ours, _ = OPS[op]
     x = _x(SHAPES[size], "normal")
     w, b = _affine(16)
@@ -170,9 +162,9 @@ def test_well_conditioned_within_four_roundings(op, size, monkeypatch):
         assert e <= 4 * U, (name, e)
 
 
-# float32 weights are standardized through float64 (the float32 pass was 1.4-1.9x the error of
-# torch's forms of each convention on an ordinary conv weight); the backward is float32 with
-# float64 sums where the multiply-add is fused (the whole of it in float64: 2.3x torch's time).
+# float32 weights are standardized through float64, as everything the reference computes (the
+# float32 pass was 1.4-1.9x the error of torch's forms of each convention on an ordinary conv
+# weight), and the backward too.
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("convention", ["timm", "bit", "original"])
 def test_weight_standardize_no_worse_than_torch(convention, seed):
@@ -184,27 +176,21 @@ def test_weight_standardize_no_worse_than_torch(convention, seed):
     assert_no_worse(ours, errors(theirs, w, seed=seed), margin=1.0, floor=0.0)
 
 
-def test_weight_standardize_keeps_w_hat_in_float32_where_the_multiply_add_is_fused():
-    from normcore.core import FUSED_MULTIPLY_ADD
+def test_weight_standardize_computes_a_float32_weight_in_float64():
     from normcore.grad import WeightStandardize
     kept = WeightStandardize.apply(torch.randn(8, 4, 3, 3), 1e-5, 0, "inside")[1]
-    assert kept.dtype == (torch.float32 if FUSED_MULTIPLY_ADD else torch.float64)
+    assert kept.dtype == torch.float64
 
 
 # benchmarks/accuracy.py's size and inputs, where torch's float32 error was the smaller on
-# well-conditioned inputs: y 1.54x torch's for BN, 1.61x IN, 1.15x GN (a rounding of x - mu,
-# then of its correction; r from a float32 variance off by 2-3 roundings; gamma r rounded
-# twice).  Now every output and gradient is at most torch's with AVX-512 (seed 0), so the
-# bound is 1.0 with no margin.  Under ATEN_CPU_CAPABILITY=default GN's y was 1.28x torch's
-# (2.35 roundings of the largest output, torch 1.83): normcore.rows summed the squares of
-# sets of 8192 by chunks of 256 in float32, and the one-pass variance E[x^2] - mu^2 scales
-# that error by up to 5; by chunks of 128 (groups._precise_groups) it is
-# 0.88x torch's on seed 0 (0.66-0.88x on seeds 0-4).
+# well-conditioned inputs for the torch-op paths this package once had (y 1.15-1.61x torch's
+# for BN, IN, GN).  The reference computes in float64 and rounds each result once; the
+# kernels sum in float64 and round each output once: the bound is 1.0, with no margin.
 REALISTIC = (32, 64, 32, 32)
 
 
 @pytest.mark.parametrize("op", ["batch_norm", "instance_norm", "group_norm"])
-def test_no_worse_than_torch_at_a_realistic_size(op, loops_or_blocks):
+def test_no_worse_than_torch_at_a_realistic_size(op, both_paths):
     ours, theirs = OPS[op] if op != "group_norm" else (
         lambda x, w, b: F.group_norm(x, 8, w, b), lambda x, w, b: TF.group_norm(x, 8, w, b))
     x = _x(REALISTIC, "channels")
@@ -226,15 +212,11 @@ def test_batch_norm_train_no_worse_than_torch_on_five_seeds(kind, seed):
                     floor=0.0)
 
 
-# InstanceNorm and GroupNorm (normcore.groups) on seeds 0-4: IN's dgamma was 1.09x torch's
-# error on seed 2 under the generic kernels (its sums over the positions in float32; now by
-# rows, then in float64: 0.32-0.69x), and IN's dx 1.10x on seed 4 there (1.95 against 1.77
-# roundings of the largest gradient: without a fused multiply-add, c s + t + g gamma r in
-# float32 rounds the largest term twice and the rest three times; now in float64, rounded
-# once: 0.47-0.77x).  Every case: 1.0.
+# InstanceNorm and GroupNorm on seeds 0-4 (seed 0 alone once hid a 1.09x dgamma and a 1.10x
+# dx under the generic kernels).  Every case: 1.0.
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("op", ["instance_norm", "group_norm"])
-def test_instance_and_group_norm_no_worse_than_torch_on_five_seeds(op, seed, loops_or_blocks):
+def test_instance_and_group_norm_no_worse_than_torch_on_five_seeds(op, seed, both_paths):
     ours, theirs = OPS[op] if op != "group_norm" else (
         lambda x, w, b: F.group_norm(x, 8, w, b), lambda x, w, b: TF.group_norm(x, 8, w, b))
     x = _x(REALISTIC, "channels", seed)
@@ -244,20 +226,13 @@ def test_instance_and_group_norm_no_worse_than_torch_on_five_seeds(op, seed, loo
         assert a <= t, (name, a, t)
 
 
-# LayerNorm over the last dim at benchmarks/accuracy.py's size, seeds 0-4.  With its sums in
-# float32, y was 1.19x torch's error under the generic kernels (seed 0: 3.44 against 2.89
-# roundings of the largest output; r off by a rounding or two); in float64 (rows.forward where the
-# multiply-add is not fused, and rows._two_pass_block), 0.77x.  y on seed 4 with AVX-512 was
-# 1.09x (2.18 against 1.99 roundings: the two-pass sweep rounded x - mu0, its correction and
-# x_hat apart, where torch's fused x r + (-mu r) rounds once; now rows._xhat takes that form
-# where |mu| r <= 2: 0.77x), and dx on seed 4 under the generic kernels 1.01x (2.17 against
-# 2.15; now its blocks in float64 there: 0.65-0.79x).  Every case: 1.0.  Both row paths:
-# normcore.loops (float64 sums, each output rounded once) and the blocks, run without numba.
+# LayerNorm over the last dim at benchmarks/accuracy.py's size, seeds 0-4, by both paths
+# (float32 sums once gave y 1.19x torch's error under the generic kernels).  Every case: 1.0.
 LN_LAST = (32, 256, 512)
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_layer_norm_over_the_last_dim_no_worse_than_torch_on_five_seeds(seed, loops_or_blocks):
+def test_layer_norm_over_the_last_dim_no_worse_than_torch_on_five_seeds(seed, both_paths):
     generic = os.environ.get("ATEN_CPU_CAPABILITY") == "default"
     x = _x(LN_LAST, "channels", seed)
     w, b = _affine(LN_LAST[-1], seed)
@@ -275,13 +250,9 @@ def _bn_eval(fn):
     return f
 
 
-# BN in eval mode, through the formula's steps: the output up to 1.20x torch's error, dgamma
-# 1.42x, dbeta 1.14x on these seeds (r rounded, then gamma r; three roundings of the output;
-# float32 sums over 32768 values).  normcore.frozen.FixedStatistics: 0.37-0.86x with AVX-512,
-# 0.36-0.95x under the generic kernels.  dgamma on seed 4 with AVX-512 was 1.001x (1.0314e-7
-# beside 1.0304e-7: float32 products and partial sums); its sums are now exact products
-# summed in float64 (frozen._exact_dots).  y on seed 2 under the generic kernels is the same
-# error as torch's, to the last bit (1.54 roundings each).  The bound: 1.0, no margin.
+# BN in eval mode (normcore.frozen.FixedStatistics, computed as the reference is): float32
+# steps once gave the output up to 1.20x torch's error and dgamma 1.42x on these seeds.  The
+# bound: 1.0, no margin.
 @pytest.mark.parametrize("seed", range(5))
 def test_batch_norm_eval_no_worse_than_torch_on_five_seeds(seed):
     x = _x(REALISTIC, "channels", seed)
@@ -290,7 +261,7 @@ def test_batch_norm_eval_no_worse_than_torch_on_five_seeds(seed):
                     errors(_bn_eval(TF.batch_norm), x, w, b, seed), margin=1.0, floor=0.0)
 
 
-def test_rms_norm_no_worse_than_torch_at_a_realistic_size(loops_or_blocks):
+def test_rms_norm_no_worse_than_torch_at_a_realistic_size(both_paths):
     # eps given (by default it is the dtype's epsilon: float64 would be another function).
     # dx: 0.89x torch's with AVX-512; under the generic kernels both are 2.0 roundings (equal
     # to 3 digits): there, within 2.5 roundings, which is the smaller is the kernels' choice

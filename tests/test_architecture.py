@@ -88,25 +88,22 @@ def test_the_cycle_finder_finds_cycles():
                           "normcore.stats"}),
     # the functional ops' docstrings (and their defaults, filled in)
     ("normcore._functional_docs", {"normcore._checks", "normcore.defaults"}),
-    ("normcore.passes", set()),
-    ("normcore.core", {"normcore.axes", "normcore.passes"}),
-    # the compiled row kernels: torch alone (and numba, when installed)
+    # the numeric core: the reference, the choice, the kernels' loops and the views they read
+    ("normcore.core", {"normcore.axes"}),
+    ("normcore.dispatch", {"normcore.axes"}),
     ("normcore.loops", set()),
     ("normcore.positions", {"normcore.loops"}),
-    ("normcore.rows", {"normcore.axes", "normcore.core", "normcore.loops", "normcore.passes"}),
-    ("normcore.groups", {"normcore.axes", "normcore.core", "normcore.loops", "normcore.passes",
-                         "normcore.positions", "normcore.rows"}),
-    ("normcore.frozen", {"normcore.axes", "normcore.core", "normcore.loops", "normcore.passes",
+    ("normcore.kernels", {"normcore.axes", "normcore.core", "normcore.loops",
+                          "normcore.positions"}),
+    ("normcore.grad", {"normcore.axes", "normcore.core", "normcore.dispatch",
+                       "normcore.kernels"}),
+    ("normcore.frozen", {"normcore.axes", "normcore.core", "normcore.dispatch",
                          "normcore.positions"}),
-    ("normcore.grad", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.groups",
-                       "normcore.passes", "normcore.rows"}),
-    ("normcore.grad_dyt", {"normcore._checks", "normcore.axes", "normcore.core",
-                           "normcore.passes"}),
+    ("normcore.grad_dyt", {"normcore.axes", "normcore.core", "normcore.dispatch"}),
     ("normcore.functional", {"normcore._checks", "normcore._functional_docs", "normcore.axes",
-                             "normcore.core", "normcore.defaults", "normcore.frozen",
-                             "normcore.grad", "normcore.grad_dyt", "normcore.groups",
-                             "normcore.rows",
-                             "normcore.stats"}),
+                             "normcore.core", "normcore.defaults", "normcore.dispatch",
+                             "normcore.frozen", "normcore.grad", "normcore.grad_dyt",
+                             "normcore.kernels", "normcore.stats"}),
     ("normcore.sync", {"normcore._checks", "normcore.axes", "normcore.core", "normcore.defaults",
                        "normcore.stats"}),
     ("normcore.launch", set()),
@@ -149,3 +146,53 @@ def test_no_module_is_longer_than_500_lines():
     long = {str(p.relative_to(PKG.parent)): n for p in files
             if (n := len(p.read_text().splitlines())) > 520}
     assert not long, f"split these modules along their seams: {long}"
+
+
+README = PKG.parent / "README.md"
+
+
+def _readme_rows() -> list[list[str]]:
+    """The README's module table, in order: each row's modules (``nn/`` stands for the
+    package and its submodules; a row may name several, `` `a.py`, `b/` ``)."""
+    text = README.read_text()
+    start = text.index("| module | what it holds |")
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        cell = line.split("|")[1]
+        rows.append(["normcore." + n.strip("`/ ").removesuffix(".py")
+                     for n in re.findall(r"`[\w/.]+`", cell)])
+    return rows
+
+
+def _row_of(module: str, rows: list[list[str]]) -> int | None:
+    for k, names in enumerate(rows):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return k
+    return None
+
+
+def test_the_readme_lists_every_module_in_an_order_the_imports_obey():
+    """The README's table is the layering: every module of the package is in it, and each
+    imports only from its own row and the rows above (the rule the README states)."""
+    rows = _readme_rows()
+    assert len(rows) > 20, "the README's module table was not read"
+    missing = sorted(m for m in GRAPH if m != "normcore" and _row_of(m, rows) is None)
+    assert not missing, f"modules the README's table does not list: {missing}"
+    upward = []
+    for module, imported in GRAPH.items():
+        if module == "normcore":
+            continue
+        here = _row_of(module, rows)
+        for other in imported:
+            there = _row_of(other, rows)
+            if other != "normcore" and there is not None and there > here:
+                upward.append(f"{module} -> {other}")
+    assert not upward, f"imports from a row below (reorder the table or the code): {upward}"
+
+
+def test_the_readme_order_check_can_fail():
+    rows = [["normcore.core"], ["normcore.axes"]]
+    assert _row_of("normcore.core", rows) == 0 and _row_of("normcore.axes.x", rows) == 1
+    assert _row_of("normcore.grad", rows) is None

@@ -266,3 +266,15 @@ def test_a_notebook_keeps_the_same_line_whether_trained_or_cached(cache, monkeyp
         assert shown[0][1] == shown[-1][1] == "toy.noisy_mean: 2 configs x 3 seeds = 6 runs"
         assert any("6/6" in text for _, text in shown[1:-1])       # the live progress
     assert any("6 from the cache" in text for _, text in shown)
+
+
+def test_the_cache_key_names_which_implementation_ran():
+    """A result computed by the compiled kernels is not served to a run by the reference (the
+    two differ in the last bits), and a worker runs with the caller's switch."""
+    import normcore
+    from normcore.experiments import runner
+    exp = runner.Experiment("key", runner._call)
+    on, ident = runner._key(exp, {"a": 1}, 0)
+    with normcore.use_kernels(False):
+        off, ident_off = runner._key(exp, {"a": 1}, 0)
+    assert on != off and ident["path"] != ident_off["path"]

@@ -35,8 +35,8 @@ MODULES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__
 LIBRARY = {"normcore", "normcore._checks", "normcore._functional_docs", "normcore.axes",
            "normcore.core", "normcore.defaults", "normcore.errors", "normcore.fold",
            "normcore.functional", "normcore.grad", "normcore.grad_dyt", "normcore.nn",
-           "normcore.frozen", "normcore.groups", "normcore.loops", "normcore.passes",
-           "normcore.positions", "normcore.rows",
+           "normcore.frozen", "normcore.dispatch", "normcore.kernels", "normcore.loops",
+           "normcore.positions",
            "normcore.stats", "normcore.sync"}
 
 
@@ -201,7 +201,7 @@ def test_needs_and_the_book_extra_agree():
 def test_the_optional_imports_are_the_fast_extra_and_import_lazily():
     """Each name in OPTIONAL is a requirement of normcore[fast] (which the book's extra
     includes), imported by its library module only inside a function, under ``try`` (the
-    library runs without it: test_loops.py::test_without_numba_the_blocks_run)."""
+    library runs without it: test_kernels.py::test_layer_norms_take_the_kernels_as_the_table_says)."""
     fast = {_key(r.name) for r in _extra("fast")}
     assert fast <= {_key(r.name) for r in _extra("book")}
     for module, names in _extras.OPTIONAL.items():

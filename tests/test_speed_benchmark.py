@@ -61,7 +61,7 @@ def test_steady_heap_reuses_freed_buffers_without_page_faults():
 def test_the_table_runs_with_the_steady_heap_and_reports_it():
     code = ("import runpy, sys; sys.argv = [{path!r}, '--quick', '--reps', '1', '--only', "
             "'weight_standardize'{extra}]; runpy.run_path({path!r}, run_name='__main__')")
-    for extra, heap in (("", "steady heap"), (", '--os-heap'", "default heap")):
+    for extra, heap in (("", "default heap"), (", '--steady-heap'", "steady heap")):
         run = subprocess.run([sys.executable, "-c", code.format(path=str(SPEED), extra=extra)],
                              capture_output=True, text=True, timeout=300, env=_env())
         assert run.returncode == 0, run.stderr

@@ -9,7 +9,8 @@ Every training run behind a chapter's claim goes through :func:`run`:
   in this process, in a worker process and on a second call;
 * the results are cached on disk, one JSON file a run, keyed by the experiment, its
   config, the seed, the torch version, the CPU kernels torch dispatches to
-  (``torch.backends.cpu.get_cpu_capability()``) and a hash of normcore's source: a rebuild
+  (``torch.backends.cpu.get_cpu_capability()``), which of normcore's implementations runs
+  (:func:`normcore.dispatch.kernels_enabled`) and a hash of normcore's source: a rebuild
   retrains nothing, and a changed config or a changed line of the package retrains;
 * runs not in the cache are spread over worker processes when the first one shows that the
   rest take long enough to pay for starting them; the processes are kept for the next call
@@ -45,6 +46,7 @@ from typing import Any
 
 import torch
 
+from .. import dispatch
 from . import workers as _workers
 
 __all__ = ["Experiment", "Interval", "Results", "interval", "run", "start", "cache_dir",
@@ -251,7 +253,8 @@ def _source_hash() -> str:
 def _key(experiment: Experiment, config: Mapping[str, Any], seed: int) -> tuple[str, dict]:
     ident = {"experiment": experiment.name, "fn": experiment.target, "config": config,
              "seed": seed, "torch": torch.__version__,
-             "cpu": torch.backends.cpu.get_cpu_capability(), "normcore": _source_hash()}
+             "cpu": torch.backends.cpu.get_cpu_capability(), "normcore": _source_hash(),
+             "path": "kernels" if dispatch.kernels_enabled() else "reference"}
     blob = json.dumps(ident, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:24], ident
 
@@ -279,13 +282,18 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def _call(target: str, config: Mapping[str, Any], seed: int) -> dict[str, float]:
-    """One run on one thread, the caller's random state restored afterwards."""
+def _call(target: str, config: Mapping[str, Any], seed: int,
+          kernels: bool | None = None) -> dict[str, float]:
+    """One run on one thread, the caller's random state restored afterwards, with the
+    compiled kernels switched as in the caller (``kernels``; a worker process has its own
+    switch)."""
     module, _, qual = target.partition(":")
     fn = importlib.import_module(module)
     for part in qual.split("."):
         fn = getattr(fn, part)
-    with one_thread(), torch.random.fork_rng(devices=[]):
+    if kernels is None:
+        kernels = dispatch.kernels_enabled()
+    with one_thread(), torch.random.fork_rng(devices=[]), dispatch.use_kernels(kernels):
         out = fn(seed=seed, **config)
     metrics = {}
     for k, v in dict(out).items():
@@ -434,7 +442,8 @@ def run(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: Ite
         futures = {fut: i for i, fut in started.items()}
         if workers is not None and workers > 1 and todo:
             executor = _workers.pool(workers)
-            futures.update({executor.submit(_call, experiment.target, *jobs[i]): i for i in todo})
+            futures.update({executor.submit(_call, experiment.target, *jobs[i],
+                                            dispatch.kernels_enabled()): i for i in todo})
             todo = []
         try:
             for i in todo:                                       # in this process
@@ -475,5 +484,6 @@ def start(experiment: Experiment, configs: Iterable[Mapping[str, Any]], seeds: I
     if workers < 2 or not todo:
         return 0
     for key, c, s in todo:
-        _workers.submit(key, _call, experiment.target, c, s, workers=workers)
+        _workers.submit(key, _call, experiment.target, c, s, dispatch.kernels_enabled(),
+                        workers=workers)
     return len(todo)
