@@ -31,20 +31,25 @@ __all__ = ["TABLE", "DTYPES", "family", "fixed_family", "use_kernels", "kernels_
 #: (norm, memory format) -> the family of kernels that computes it; any other pair runs the
 #: reference.  "rows": the sets are the rows of the ``(sets, |S|)`` view, gamma along each
 #: row (LN, RMSNorm); "sets": a set is C/G channels of contiguous positions, gamma one value
-#: per channel (GN, IN); "positions": ``channels_last`` memory, the ``(N, P, C)`` view (GN,
-#: IN per sample; BN as one sample of every position).
+#: per channel (GN, IN); "channels": BN one channel at a time, the ``(N, C, P)`` view;
+#: "positions": ``channels_last`` memory, the ``(N, P, C)`` view (GN, IN per sample; BN as one
+#: sample of every position).  (A BN input ``(N, C)`` has its channels innermost: it is read
+#: as ``channels_last`` memory, :func:`memory_format`.)
 TABLE = {
     ("layer", "contiguous"): "rows",
     ("rms", "contiguous"): "rows",
     ("group", "contiguous"): "sets",
     ("instance", "contiguous"): "sets",
+    ("batch", "contiguous"): "channels",
     ("group", "channels_last"): "positions",
     ("instance", "channels_last"): "positions",
     ("batch", "channels_last"): "positions",
 }
-#: BN and IN with the running statistics (eval mode): their backward on ``channels_last``
-#: memory (:func:`normcore.positions.backward_fixed`); the forward is the reference's
-FIXED = {("batch", "channels_last"): "fixed", ("instance", "channels_last"): "fixed"}
+#: BN and IN with the running statistics (eval mode), forward and backward: one pass over x
+#: (and g) per channel (:func:`normcore.loops.fixed_by_channels`) or by chunks of positions
+#: (:func:`normcore.positions.fixed_forward`, :func:`normcore.positions.backward_fixed`)
+FIXED = {("batch", "contiguous"): "fixed", ("instance", "contiguous"): "fixed",
+         ("batch", "channels_last"): "fixed", ("instance", "channels_last"): "fixed"}
 #: the dtypes the kernels read and write
 DTYPES = (torch.float32, torch.float64)
 
@@ -101,10 +106,12 @@ def recording() -> bool:
             or torch.jit.is_tracing() or torch._C._are_functorch_transforms_active())
 
 
-def memory_format(x: torch.Tensor) -> str | None:
-    """``"contiguous"``, ``"channels_last"`` (4-d or 5-d), or None for any other strides."""
+def memory_format(x: torch.Tensor, norm: str = "") -> str | None:
+    """``"contiguous"``, ``"channels_last"`` (4-d or 5-d), or None for any other strides.  For
+    BN a contiguous ``(N, C)`` is ``"channels_last"``: its channels are innermost, and it is
+    one sample of N positions."""
     if x.is_contiguous():
-        return "contiguous"
+        return "channels_last" if x.dim() == 2 and norm == "batch" else "contiguous"
     fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
     return "channels_last" if fmt is not None and x.is_contiguous(memory_format=fmt) else None
 
@@ -124,7 +131,7 @@ def standard(lay: Layout) -> bool:
 
 
 def _conditions(table: dict, lay: Layout, x: torch.Tensor) -> list[tuple[str, bool]]:
-    fmt = memory_format(x)
+    fmt = memory_format(x, lay.norm)
     return [
         ("the kernels are switched on (normcore.use_kernels)", bool(_STATE["kernels"])),
         ("numba is installed (normcore[fast])", numba_installed()),
@@ -141,7 +148,7 @@ def _family(table: dict, lay: Layout, x: torch.Tensor) -> str | None:
     if not (_STATE["kernels"] and x.device.type == "cpu" and x.dtype in DTYPES
             and x.numel() and numba_installed() and not recording() and standard(lay)):
         return None
-    return table.get((lay.norm, memory_format(x)))
+    return table.get((lay.norm, memory_format(x, lay.norm)))
 
 
 def family(lay: Layout, x: torch.Tensor) -> str | None:

@@ -25,15 +25,15 @@ keeps x alone, as torch's kernel does.
 Computed as the reference computes (:func:`normcore.core.reference_dtype`: float64 for a
 float32 input, each output and gradient rounded once).  No gradient
 reaches the running statistics, as in torch (``running_mean`` and ``running_var`` are not
-differentiable inputs of ``batch_norm``).  On ``channels_last`` memory, with the kernels on
-(:func:`normcore.dispatch.fixed_family`), the backward is one compiled pass over x and g
-(:func:`normcore.positions.backward_fixed`).
+differentiable inputs of ``batch_norm``).  With the kernels on
+(:func:`normcore.dispatch.fixed_family`), the forward and the backward are one compiled pass
+each (:func:`normcore.kernels.fixed_forward`, :func:`normcore.kernels.fixed_backward`).
 """
 from __future__ import annotations
 
 import torch
 
-from . import dispatch, positions
+from . import dispatch, kernels
 from .axes import Layout
 from .core import PositionalApply, output_format, reference_dtype, set_sum
 
@@ -72,6 +72,11 @@ class FixedStatistics(PositionalApply, torch.autograd.Function):
     def forward(x, mean, var, weight, bias, lay: Layout, eps: float):
         cdt = reference_dtype(x)
         r = torch.rsqrt(var.to(cdt) + eps)                                     # r
+        if dispatch.fixed_family(lay, x) is not None:                         # the kernels
+            C = x.shape[1]
+            t = torch.zeros(C, dtype=cdt) if bias is None else bias.to(cdt).reshape(C)
+            return kernels.fixed_forward(x, mean.to(cdt).reshape(C), _scale(
+                r, weight, lay.affine_view_shape, cdt).reshape(C), t, lay), r
         y = (x.to(cdt) - mean.to(cdt)) * _scale(r, weight, lay.affine_view_shape, cdt)
         if bias is not None:
             y = y + bias.to(cdt).reshape(lay.affine_view_shape)
@@ -110,17 +115,11 @@ class FixedStatistics(PositionalApply, torch.autograd.Function):
 
 
 def _backward_kernel(ctx, g, x, mean, r, weight, need_x: bool, need_w: bool, need_b: bool):
-    """The backward on ``channels_last`` memory in one compiled pass over x and g
-    (:func:`normcore.positions.backward_fixed`): dx in float64 rounded once, the sums in
-    float64."""
+    """The backward by the kernels (:func:`normcore.kernels.fixed_backward`): one pass over x
+    and g, dx rounded once, the sums in float64."""
     C = x.shape[1]
-    fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-    gv = g.to(x.dtype).contiguous(memory_format=fmt)
-    dx = torch.empty_like(x, memory_format=fmt)
-    s = r.double() if weight is None else r.double() * weight.double().reshape(r.shape)
-    sums = positions.backward_fixed(positions.as_positions(gv, 1), positions.as_positions(x, 1),
-                                    mean.double().reshape(C), s.reshape(C),
-                                    positions.as_positions(dx, 1))
+    s = _scale(r, weight, ctx.lay.affine_view_shape, torch.float64).reshape(C)
+    dx, sums = kernels.fixed_backward(g, x, mean.double().reshape(C), s, ctx.lay)
     dw = (sums[0] * r.double().flatten()).to(weight.dtype) if need_w else None
     db = sums[1].to(ctx.bias_dtype) if need_b else None
     return dx if need_x else None, None, None, dw, db, None, None

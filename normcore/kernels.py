@@ -4,6 +4,7 @@ r"""The compiled kernels as :class:`normcore.grad.Normalize` calls them: a famil
 * ``"rows"``, LN and RMSNorm: the ``(sets, |S|)`` view (:func:`normcore.loops.forward`);
 * ``"sets"``, GN and IN on contiguous memory: ``(N G, C/G, P)``
   (:func:`normcore.loops.forward_by_sets`);
+* ``"channels"``, BN on contiguous memory: ``(N, C, P)`` (:func:`normcore.loops.forward_by_channels`);
 * ``"positions"``, GN, IN and BN on ``channels_last`` memory: ``(N, P, C)``, BN as one sample
   of ``N P`` positions (:func:`normcore.positions.forward_positions`).
 
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from . import loops, positions
+from . import dispatch, loops, positions
 from .axes import Layout
 from .core import output_format
 
-__all__ = ["forward", "backward"]
+__all__ = ["forward", "backward", "fixed_forward", "fixed_backward"]
 
 
 def _sets(lay: Layout) -> tuple[int, int, int, int]:
@@ -32,6 +33,12 @@ def _sets(lay: Layout) -> tuple[int, int, int, int]:
 def _positions(t: torch.Tensor, lay: Layout) -> torch.Tensor:
     """``t`` on ``channels_last`` memory as its ``(N, P, C)`` view, BN's as ``(1, N P, C)``."""
     return positions.as_positions(t, 1 if lay.norm == "batch" else t.shape[0])
+
+
+def _format(x: torch.Tensor) -> torch.memory_format:
+    """The ``channels_last`` format of x's dims (an ``(N, C)`` input: contiguous is that)."""
+    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim(),
+                                                                  torch.contiguous_format)
 
 
 def _per_group(lay: Layout) -> int:
@@ -51,6 +58,10 @@ def forward(family: str, x: torch.Tensor, weight, bias, lay: Layout, eps: float)
         N, G, Cg, P = _sets(lay)
         stats = loops.forward_by_sets(x.reshape(N * G, Cg, P), eps, weight, bias, G,
                                       y.view(N * G, Cg, P))
+    elif family == "channels":
+        N, C = x.shape[:2]
+        stats = loops.forward_by_channels(x.reshape(N, C, -1), eps, weight, bias,
+                                          y.view(N, C, -1))
     else:
         stats = positions.forward_positions(_positions(x, lay), eps, weight, bias,
                                             _per_group(lay), _positions(y, lay),
@@ -66,9 +77,8 @@ def backward(family: str, g: torch.Tensor, x: torch.Tensor, weight, mu: torch.Te
     """``(dL/dx, dL/dgamma, dL/dbeta)``: dx in x's dtype and torch's memory format, the sums
     in float64 (``(C,)`` or ``normalized_shape``), from the forward's float64 ``mu`` and ``r``."""
     dx = torch.empty_like(x, memory_format=torch.preserve_format)
-    g = g.to(x.dtype).contiguous(memory_format=torch.channels_last if family == "positions"
-                                 and x.dim() == 4 else torch.channels_last_3d
-                                 if family == "positions" else torch.contiguous_format)
+    g = g.to(x.dtype).contiguous(memory_format=_format(x) if family == "positions"
+                                 else torch.contiguous_format)
     if family == "rows":
         sets, n = lay.num_sets, lay.set_size
         sums = loops.backward(g.reshape(sets, n), x.reshape(sets, n), weight, mu, r,
@@ -77,9 +87,45 @@ def backward(family: str, g: torch.Tensor, x: torch.Tensor, weight, mu: torch.Te
         N, G, Cg, P = _sets(lay)
         sums = loops.backward_by_sets(g.reshape(N * G, Cg, P), x.reshape(N * G, Cg, P), weight,
                                       G, mu, r, dx.view(N * G, Cg, P))
+    elif family == "channels":
+        N, C = x.shape[:2]
+        sums = loops.backward_by_channels(g.reshape(N, C, -1), x.reshape(N, C, -1), weight, mu,
+                                          r, dx.view(N, C, -1))
     else:
         sums = positions.backward_positions(_positions(g, lay), _positions(x, lay), weight,
                                             _per_group(lay), mu, r, _positions(dx, lay))
     shape = lay.affine_shape
     dx = dx.contiguous(memory_format=output_format(lay, x))
     return dx, sums[0].reshape(shape), sums[1].reshape(shape)
+
+
+def fixed_forward(x: torch.Tensor, mean: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
+                  lay: Layout) -> torch.Tensor:
+    """BN and IN with the running statistics: ``(x - mean) s + t`` per channel, in float64 and
+    rounded once (``mean``, ``s``, ``t`` float64 ``(C,)``), in torch's memory format."""
+    y = torch.empty_like(x, memory_format=torch.preserve_format)
+    if dispatch.memory_format(x, lay.norm) == "contiguous":
+        N, C = x.shape[:2]
+        loops.fixed_by_channels(x.reshape(N, C, -1), mean, s, t, y.view(N, C, -1))
+    else:
+        positions.fixed_forward(positions.as_positions(x, 1), mean, s, t,
+                                positions.as_positions(y, 1))
+    return y.contiguous(memory_format=output_format(lay, x))
+
+
+def fixed_backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, s: torch.Tensor,
+                   lay: Layout):
+    r"""Its backward: ``(dL/dx, sums)``, dx = g s rounded once, the float64 ``(2, C)`` sums of
+    :math:`g\,(x - \mu)` and of :math:`g` per channel, in one pass over x and g."""
+    if dispatch.memory_format(x, lay.norm) == "contiguous":
+        N, C = x.shape[:2]
+        g = g.to(x.dtype).contiguous()
+        dx = torch.empty_like(x)
+        sums = loops.fixed_by_channels(x.reshape(N, C, -1), mean, s, s, dx.view(N, C, -1),
+                                       g.reshape(N, C, -1))
+        return dx, sums
+    g = g.to(x.dtype).contiguous(memory_format=_format(x))
+    dx = torch.empty_like(x, memory_format=_format(x))
+    sums = positions.backward_fixed(positions.as_positions(g, 1), positions.as_positions(x, 1),
+                                    mean, s, positions.as_positions(dx, 1))
+    return dx, sums

@@ -1,6 +1,7 @@
 r"""The compiled kernels' loops for contiguous memory: LayerNorm and RMSNorm over the rows of a
 ``(sets, |S|)`` view; GroupNorm and InstanceNorm over their sets, one set (C/G channels of P
-positions) at a time.  :mod:`normcore.positions` has the loops for ``channels_last`` memory;
+positions) at a time; BatchNorm one channel (every sample's P positions) at a time, and with
+the running statistics (eval mode) as one pass.  :mod:`normcore.positions` has the loops for ``channels_last`` memory;
 :mod:`normcore.kernels` calls both, when :func:`normcore.dispatch.family` says so.
 
 In eager PyTorch every step of the formula is one pass of a torch op over its tensors.  Here a
@@ -43,8 +44,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 __all__ = ["CHUNK_ELEMENTS", "PARTS_BYTES", "ONE_PASS_RATIO", "FASTMATH", "compiled",
-           "forward", "backward", "forward_by_sets", "backward_by_sets", "forward_rows",
-           "backward_rows", "forward_sets", "backward_sets"]
+           "forward", "backward", "forward_by_sets", "backward_by_sets", "forward_by_channels",
+           "backward_by_channels", "fixed_by_channels", "forward_rows", "backward_rows",
+           "forward_sets", "backward_sets", "forward_channels", "backward_channels",
+           "fixed_channels"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
@@ -178,6 +181,80 @@ def backward_sets(x, g, w, mu, r, dx, parts, chunk, lo, hi):
                     dx[s, c, j] = ri * (float(g[s, c, j]) * q - cc - xh * a)
 
 
+def forward_channels(x, w, b, eps, ratio, y, stats, lo, hi):
+    """BatchNorm on contiguous memory, ``x`` of ``(N, C, P)``: channels ``lo`` to ``hi``, each
+    over every sample and position (one thread a channel), normalized into ``y``; per channel
+    the mean, variance and r into ``stats``, as :func:`forward_rows`."""
+    N, _, P = x.shape
+    n = N * P
+    for c in range(lo, hi):
+        k0 = float(x[0, c, 0])          # the sums about the channel's first value
+        for attempt in range(2):
+            t = 0.0
+            q = 0.0
+            for i in range(N):
+                for j in range(P):
+                    d = float(x[i, c, j]) - k0
+                    t += d
+                    q += d * d
+            if q <= ratio * (q - t * t / n) or attempt == 1:
+                break
+            k0 += t / n                                       # about the mean, again
+        mu = k0 + t / n                                                         # (1)
+        var = max(q - t * t / n, 0.0) / n                                       # (2)
+        r = 1.0 / math.sqrt(var + eps)                                          # (3)
+        a = r * w[c]
+        for i in range(N):
+            for j in range(P):
+                y[i, c, j] = (float(x[i, c, j]) - mu) * a + b[c]                # (4)-(5)
+        stats[0, c], stats[1, c], stats[2, c] = mu, var, r
+
+
+def backward_channels(x, g, w, mu, r, dx, sums, lo, hi):
+    r"""dL/dx of channels ``lo`` to ``hi`` (as :func:`forward_channels`) into ``dx``, and per
+    channel the sums of :math:`g\hat x` and of :math:`g` into ``sums[0, c]``, ``sums[1, c]``."""
+    N, _, P = x.shape
+    n = N * P
+    for c in range(lo, hi):
+        m, rc = mu[c], r[c]
+        sg = 0.0
+        sgx = 0.0
+        for i in range(N):
+            for j in range(P):
+                gj = float(g[i, c, j])
+                sg += gj
+                sgx += gj * ((float(x[i, c, j]) - m) * rc)
+        sums[0, c], sums[1, c] = sgx, sg                                 # dL/dgamma, dL/dbeta
+        a = w[c] * sgx / n                                               # mean of d x_hat
+        cc = w[c] * sg / n                                               # mean of d
+        for i in range(N):
+            for j in range(P):
+                xh = (float(x[i, c, j]) - m) * rc
+                dx[i, c, j] = rc * (float(g[i, c, j]) * w[c] - cc - xh * a)
+
+
+def fixed_channels(x, m, s, t, g, with_g, out, sums, lo, hi):
+    r"""BatchNorm and InstanceNorm with fixed statistics (eval mode) on contiguous memory,
+    ``x`` of ``(N, C, P)``, channels ``lo`` to ``hi``: the forward, ``out = (x - m) s + t``; or,
+    ``with_g``, the backward: ``out = g s`` (dL/dx, ``s`` = gamma r) and the sums per channel of
+    :math:`g\,(x - m)` and of :math:`g` into ``sums``; one pass, in float64, rounded once."""
+    N, _, P = x.shape
+    for c in range(lo, hi):
+        a = 0.0
+        b = 0.0
+        for i in range(N):
+            for j in range(P):
+                if with_g:
+                    gv = float(g[i, c, j])
+                    a += gv * (float(x[i, c, j]) - m[c])
+                    b += gv
+                    out[i, c, j] = gv * s[c]
+                else:
+                    out[i, c, j] = (float(x[i, c, j]) - m[c]) * s[c] + t[c]
+        if with_g:
+            sums[0, c], sums[1, c] = a, b
+
+
 _compiled: dict = {}
 _pool: list = []
 # a forked child (a DataLoader worker) has none of the pool's threads: it makes its own
@@ -287,3 +364,39 @@ def backward(g2: torch.Tensor, x2: torch.Tensor, weight, mu: torch.Tensor, r: to
          _vector(weight, n, 1.0), mu.reshape(rows).numpy(), r.reshape(rows).numpy(), centered,
          dx2.numpy(), parts.numpy(), chunk)
     return parts.sum(1)
+
+
+def forward_by_channels(x3: torch.Tensor, eps: float, weight, bias, y3: torch.Tensor):
+    """BatchNorm: ``y3`` from ``x3`` (``(N, C, P)``, contiguous); returns the float64
+    ``(3, C)`` statistics: mean, variance, r."""
+    C = x3.shape[1]
+    stats = torch.empty(3, C, dtype=torch.float64)
+    _run(compiled(forward_channels), C, x3.detach().numpy(), _vector(weight, C, 1.0),
+         _vector(bias, C, 0.0), float(eps), ONE_PASS_RATIO, y3.numpy(), stats.numpy())
+    return stats
+
+
+def backward_by_channels(g3: torch.Tensor, x3: torch.Tensor, weight, mu: torch.Tensor,
+                         r: torch.Tensor, dx3: torch.Tensor):
+    r"""``dx3`` from ``g3`` and ``x3`` (as :func:`forward_by_channels`); returns the float64
+    ``(2, C)`` sums of :math:`g\hat x` and :math:`g` per channel."""
+    C = x3.shape[1]
+    sums = torch.empty(2, C, dtype=torch.float64)
+    _run(compiled(backward_channels), C, x3.detach().numpy(), g3.detach().numpy(),
+         _vector(weight, C, 1.0), mu.reshape(C).numpy(), r.reshape(C).numpy(), dx3.numpy(),
+         sums.numpy())
+    return sums
+
+
+def fixed_by_channels(x3: torch.Tensor, mean: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
+                      out3: torch.Tensor, g3: torch.Tensor | None = None):
+    """:func:`fixed_channels` on ``(N, C, P)`` views: the eval-mode forward into ``out3``, or
+    with ``g3`` the backward (dx into ``out3``), whose float64 ``(2, C)`` sums it returns;
+    ``mean``, ``s``, ``t`` float64 ``(C,)``."""
+    C = x3.shape[1]
+    sums = torch.zeros(2, C, dtype=torch.float64)
+    xa = x3.detach().numpy()
+    _run(compiled(fixed_channels), C, xa, mean.contiguous().numpy(), s.contiguous().numpy(),
+         t.contiguous().numpy(), xa if g3 is None else g3.detach().numpy(), g3 is not None,
+         out3.numpy(), sums.numpy())
+    return sums

@@ -26,6 +26,7 @@ from . import loops
 from .loops import ONE_PASS_RATIO, _run, _vector
 
 __all__ = ["as_positions", "forward_positions", "backward_positions", "backward_fixed",
+           "fixed_forward",
            "sample_forward", "position_sums", "position_affine", "fixed_backward"]
 
 #: numpy, from :mod:`normcore.loops` when a kernel is compiled (:func:`_kernel`)
@@ -265,3 +266,16 @@ def backward_fixed(g3: torch.Tensor, x3: torch.Tensor, mean: torch.Tensor, q: to
     _run(_kernel(fixed_backward), chunks, x3.detach().numpy(), g3.detach().numpy(),
          mean.contiguous().numpy(), q.contiguous().numpy(), dx3.numpy(), parts.numpy(), span)
     return parts.sum(1)
+
+
+def fixed_forward(x3: torch.Tensor, mean: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
+                  y3: torch.Tensor) -> None:
+    """BN and IN with fixed statistics (eval mode) on ``channels_last`` memory, ``x3`` and
+    ``y3`` of ``(1, P, C)``: ``y3 = (x3 - mean) s + t`` (float64 ``(C,)`` factors), by chunks
+    of positions (:func:`position_affine`), each output rounded once."""
+    span, chunks = _spans(x3)
+    C = x3.shape[2]
+    xa = x3.detach().numpy()
+    m, sa, ta = (v.reshape(1, C).contiguous().numpy() for v in (mean, s, t))
+    _run(_kernel(position_affine), chunks, xa, m, sa, ta, xa, sa, False, y3.numpy(), span,
+         chunks)

@@ -263,6 +263,9 @@ FAMILIES = {   # name: (norm, shape, G or normalized_ndim, memory format, family
     "group channels_last": ("group", (4, 6, 5, 3), 2, CL, "positions"),
     "instance channels_last": ("instance", (4, 6, 5, 3), None, CL, "positions"),
     "batch channels_last": ("batch", (4, 6, 5, 3), None, CL, "positions"),
+    "batch": ("batch", (4, 6, 5, 3), None, torch.contiguous_format, "channels"),
+    "batch (N, C, L)": ("batch", (4, 6, 7), None, torch.contiguous_format, "channels"),
+    "batch (N, C)": ("batch", (9, 6), None, torch.contiguous_format, "positions"),
     "group channels_last_3d": ("group", (2, 6, 3, 4, 2), 3, torch.channels_last_3d, "positions"),
 }
 
@@ -336,6 +339,7 @@ def test_the_kernels_are_twice_differentiable(name):
 # nothing the disk cache can freeze; the fast-math flag changes no float32 result
 # ---------------------------------------------------------------------------------------
 KERNELS = [loops.forward_rows, loops.backward_rows, loops.forward_sets, loops.backward_sets,
+           loops.forward_channels, loops.backward_channels, loops.fixed_channels,
            positions.position_sums, positions.sample_forward, positions.position_affine,
            positions.fixed_backward]
 #: what a kernel may read from its module's globals: modules and builtins, never a number
