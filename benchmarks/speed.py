@@ -77,9 +77,12 @@ def _activation(shape, g: torch.Generator):
 #: realistic one, ``--quick``'s smoke run, and ``--per-call``'s, small enough that a call's
 #: fixed cost (its Python and its small ops) is most of its time
 SIZES = {
-    "full": {"image": (32, 64, 32, 32), "sequence": (32, 256, 512), "weight": (256, 128, 3, 3)},
-    "quick": {"image": (8, 64, 32, 32), "sequence": (8, 128, 512), "weight": (256, 128, 3, 3)},
-    "per-call": {"image": (2, 64, 4, 4), "sequence": (2, 4, 512), "weight": (16, 64, 3, 3)},
+    "full": {"image": (32, 64, 32, 32), "sequence": (32, 256, 512), "weight": (256, 128, 3, 3),
+             "features": (4096, 512)},
+    "quick": {"image": (8, 64, 32, 32), "sequence": (8, 128, 512), "weight": (256, 128, 3, 3),
+              "features": (1024, 512)},
+    "per-call": {"image": (2, 64, 4, 4), "sequence": (2, 4, 512), "weight": (16, 64, 3, 3),
+                 "features": (8, 512)},
 }
 
 
@@ -91,6 +94,8 @@ def _cases(size: str):
     seq = torch.randn(shapes["sequence"], generator=g)
     wl, bl = torch.rand(512, generator=g) + 0.5, torch.randn(512, generator=g)
     conv_w = torch.randn(shapes["weight"], generator=g)
+    feats = torch.randn(shapes["features"], generator=g)
+    rm1, rv1 = torch.zeros(feats.shape[1]), torch.ones(feats.shape[1])
     alpha = torch.full((1,), 0.5)
     cases = [
         ("batch_norm train", big, x, [w, b],
@@ -129,6 +134,10 @@ def _cases(size: str):
          lambda w: F.weight_standardize(w, convention="timm"),
          lambda w: TF.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
                                  momentum=0.0, eps=1e-6).reshape_as(w)),
+        # BatchNorm1d on features (N, C): the channels innermost
+        ("batch_norm1d train", tuple(feats.shape), feats, [wl, bl],
+         lambda x, w, b: F.batch_norm(x, rm1, rv1, w, b, True),
+         lambda x, w, b: TF.batch_norm(x, rm1, rv1, w, b, True)),
         # BN with batch statistics and no buffers to update: the hand-derived Function alone
         ("batch_norm train, no buffers", big, x, [w, b],
          lambda x, w, b: F.batch_norm(x, None, None, w, b, True),
