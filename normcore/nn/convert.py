@@ -3,7 +3,8 @@
 ``from_torch(model)`` turns every torch norm layer (BatchNorm1d/2d/3d, SyncBatchNorm,
 InstanceNorm1d/2d/3d, LayerNorm, RMSNorm, GroupNorm) into normcore's, ``to_torch(model)``
 does the reverse.  The swap changes the *class* of each layer object (``m.__class__``) and
-nothing else: normcore's classes subclass torch's and add no attribute, so the object keeps
+nothing else: normcore's classes subclass torch's (``SyncBatchNorm`` torch's ``_BatchNorm``,
+with the attributes of ``torch.nn.SyncBatchNorm``) and add no attribute, so the object keeps
 its parameters (the same ``Parameter`` objects: an optimizer built before still holds them),
 buffers, hooks, training flag, device, dtype and ``requires_grad``, and its parent needs no
 new child.
