@@ -103,10 +103,10 @@ def test_empty_local_batch():
 
 
 def test_global_batch_of_one_value_raises_on_every_rank():
-    t0 = time.monotonic()
+    # raised, not timed out: a rank left waiting in a collective would end in run's
+    # TimeoutError (after the generous timeout, a guard against a hang), not this ValueError
     with pytest.raises(ValueError, match="more than 1 value per channel"):
-        compare([1, 0], seed=0, steps=1)
-    assert time.monotonic() - t0 < 20  # raised, not timed out
+        compare([1, 0], seed=0, steps=1, timeout=120)
 
 
 def test_float32():
@@ -407,14 +407,14 @@ def test_run_returns_results_in_rank_order():
 def _raise_on_rank1():
     if dist.get_rank() == 1:
         raise KeyError("boom on rank 1")
-    dist.barrier()  # rank 0 would wait here for ever: run must stop it
+    time.sleep(3600)  # rank 0 does not end by itself (nor by a collective's error): run stops it
 
 
 def test_run_reraises_worker_exception_with_traceback():
-    t0 = time.monotonic()
+    # the KeyError, not run's TimeoutError: run stopped rank 0 when rank 1 failed, instead of
+    # waiting for the timeout (generous: it only guards against a hang)
     with pytest.raises(KeyError, match="boom on rank 1") as info:
-        run(_raise_on_rank1, 2, timeout=30)
-    assert time.monotonic() - t0 < 15
+        run(_raise_on_rank1, 2, timeout=120)
     cause = info.value.__cause__
     assert isinstance(cause, D.RemoteTraceback)
     assert "[rank 1]" in str(cause) and "_raise_on_rank1" in str(cause)
@@ -427,10 +427,10 @@ def _sleep_on_rank0(seconds):
 
 
 def test_run_times_out_instead_of_hanging():
-    t0 = time.monotonic()
+    # rank 0 sleeps for an hour: only run's timeout ends the call (pytest's own timeout
+    # would fail the test if run hung)
     with pytest.raises(TimeoutError, match="did not finish within timeout=2"):
-        run(_sleep_on_rank0, 2, 60, timeout=2)
-    assert time.monotonic() - t0 < 10
+        run(_sleep_on_rank0, 2, 3600, timeout=2)
 
 
 def _fails(msg):
