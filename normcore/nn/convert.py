@@ -24,8 +24,9 @@ reported by a warning on its first call: its output is still torch's math.  A la
 
 Layers normcore has no twin for are left as they are and listed, both in a warning (a silent
 skip is how a model ends up half converted) and in the report that ``report=True`` returns:
-for ``from_torch``, modules whose class name contains ``Norm`` but which do not subclass a
-torch norm (torchvision's ``FrozenBatchNorm2d``, a hand-written ``RmsNorm``); for
+for ``from_torch``, modules whose class name contains ``Norm``, that do not subclass a torch
+norm and are no block of layers (torchvision's ``FrozenBatchNorm2d``, a hand-written
+``RmsNorm``; not timm's ``NormFreeBlock``, whose layers the walk reaches); for
 ``to_torch``, normcore modules without a torch twin (WSConv*d, ScaledStdConv2d, DyT).
 """
 from __future__ import annotations
@@ -242,6 +243,15 @@ def _check_normcore_accepts(path: str, m: Module) -> None:
                          f"layer's setting or leave this layer out of the swap") from err
 
 
+def _looks_like_a_norm(m: Module) -> bool:
+    """A layer whose class name says Norm, that is neither normcore's nor a block of layers:
+    a module with a submodule that holds parameters (timm's NormFreeNet, NormFreeBlock,
+    NormMlpClassifierHead) is a block, whose norms the walk reaches on its own."""
+    cls = _base_class(m)
+    return ("Norm" in cls.__name__ and not cls.__module__.startswith("normcore")
+            and not any(True for child in m.children() for _ in child.parameters()))
+
+
 def _check_module(model: object, caller: str) -> None:
     if not isinstance(model, Module):
         raise TypeError(f"{caller} expects a torch.nn.Module, got {type(model).__name__}; "
@@ -273,7 +283,10 @@ def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     changes), so its parameters, buffers, hooks, mode, device, dtype and ``requires_grad``
     are kept, and an optimizer built before still holds the right parameters.  Layers that
     look like norms (class name with ``Norm``) but do not subclass a torch norm are left as
-    they are and named in a warning.
+    they are and named in a warning; a block of layers whose name says ``Norm`` (a module
+    with a submodule that holds parameters: timm's ``NormFreeNet``, ``NormFreeBlock``,
+    ``NormMlpClassifierHead``) is no norm layer, and is left alone without a word (the walk
+    swaps the norms inside it).
 
     Args:
         model (nn.Module): the model (or a single norm layer) to change.
@@ -309,7 +322,7 @@ def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
             continue
         torch_cls = _torch_base(cls)
         if torch_cls is None:   # normcore's own (GhostBatchNorm1d, say) are not torch's to swap
-            if "Norm" in cls.__name__ and not cls.__module__.startswith("normcore"):
+            if _looks_like_a_norm(m):
                 skipped.append((path, cls))
             continue
         _check_normcore_accepts(path, m)
