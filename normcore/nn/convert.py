@@ -22,12 +22,13 @@ reported by a warning on its first call: its output is still torch's math.  A la
 ``torch.nn.utils.parametrize`` parametrization (whose class is ``Parametrized<class>``) gets
 ``Parametrized<new class>``, so the parametrization stays and can still be removed.
 
-Layers normcore has no twin for are left as they are and listed, both in a warning (a silent
+Layers from_torch cannot swap are left as they are and listed, both in a warning (a silent
 skip is how a model ends up half converted) and in the report that ``report=True`` returns:
-for ``from_torch``, modules whose class name contains ``Norm``, that do not subclass a torch
-norm and are no block of layers (torchvision's ``FrozenBatchNorm2d``, a hand-written
-``RmsNorm``; not timm's ``NormFreeBlock``, whose layers the walk reaches); for
-``to_torch``, normcore modules without a torch twin (WSConv*d, ScaledStdConv2d, DyT).
+modules whose class name contains ``Norm``, that do not subclass a torch norm and are no
+block of layers (torchvision's ``FrozenBatchNorm2d``, a hand-written ``RmsNorm``; not timm's
+``NormFreeBlock``, whose layers the walk reaches), and layers whose settings torch accepts and
+normcore's layers refuse (``eps <= 0``, ``momentum`` outside [0, 1]), which stay torch's.
+``to_torch`` lists normcore modules without a torch twin (WSConv*d, ScaledStdConv2d, DyT).
 """
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ class Swap(NamedTuple):
     Attributes:
         swapped (list of tuple): ``(path, old class, new class)`` per layer whose class
             changed, ``path`` as in ``model.named_modules()`` (``""`` for the model itself).
-        skipped (list of tuple): ``(path, class)`` per layer left as it was, having no
-            twin (they are also named in a warning).
+        skipped (list of tuple): ``(path, class)`` per layer left as it was: one with no
+            twin in the other library, or whose settings normcore refuses (they are also
+            named in a warning, with the reason).
 
     Examples:
         >>> import normcore.nn as nnc
@@ -230,17 +232,17 @@ def _with_base(m: Module, new: type) -> type:
     return _REPARAMETRIZED[key]
 
 
-def _check_normcore_accepts(path: str, m: Module) -> None:
-    """normcore's constructor checks, on a torch layer's settings (normcore is stricter)."""
-    name = f"layer {path or '<model>'} ({type(m).__name__})"
+def _refused(m: Module) -> str | None:
+    """Why normcore's class would refuse the layer's settings, or None: its constructor's
+    checks (normcore is stricter than torch: eps > 0, momentum in [0, 1])."""
     try:
-        if m.eps is not None:
-            checks.check_eps(m.eps, name)
+        if getattr(m, "eps", None) is not None:
+            checks.check_eps(m.eps, type(m).__name__)
         if hasattr(m, "momentum"):
             checks.check_momentum(m.momentum)
-    except ValueError as err:
-        raise ValueError(f"from_torch: {name} cannot become normcore's: {err}; change the "
-                         f"layer's setting or leave this layer out of the swap") from err
+    except (TypeError, ValueError) as err:
+        return str(err)
+    return None
 
 
 def _looks_like_a_norm(m: Module) -> bool:
@@ -265,6 +267,17 @@ def _warn_skipped(caller: str, skipped: list[tuple[str, type]], why: str) -> Non
                       stacklevel=3)
 
 
+def _warn_refused(refused: list[tuple[str, type, str]]) -> None:
+    if refused:
+        listed = "; ".join(f"{p or '<model>'} ({c.__name__}): {why}" for p, c, why in refused)
+        warnings.warn(
+            f"from_torch left {len(refused)} layer(s) as torch's, with settings that torch "
+            f"accepts and normcore's layers refuse: {listed}. The model computes what it "
+            f"did; to swap such a layer, give it a setting normcore accepts before calling "
+            f"from_torch (e.g. layer.eps = 1e-5), which changes its output (normcore refuses "
+            f"eps <= 0 on purpose: a set of equal values would divide 0 by 0)", stacklevel=3)
+
+
 M = TypeVar("M", bound=Module)
 
 
@@ -276,20 +289,31 @@ def from_torch(model: M, *, report: Literal[True]) -> tuple[M, Swap]: ...
 def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     r"""Swap every torch norm layer of ``model`` for normcore's, in place.
 
-    Torch's ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, ``InstanceNorm1d/2d/3d``,
-    ``LayerNorm``, ``RMSNorm`` and ``GroupNorm`` become normcore's; a subclass of one of
-    them (timm's ``LayerNorm2d``, ``BatchNormAct2d``, ``GroupNormAct``) keeps its own forward
-    with normcore's normalization in it.  Each layer stays the same object (only its class
-    changes), so its parameters, buffers, hooks, mode, device, dtype and ``requires_grad``
-    are kept, and an optimizer built before still holds the right parameters.  Layers that
-    look like norms (class name with ``Norm``) but do not subclass a torch norm are left as
-    they are and named in a warning; a block of layers whose name says ``Norm`` (a module
-    with a submodule that holds parameters: timm's ``NormFreeNet``, ``NormFreeBlock``,
-    ``NormMlpClassifierHead``) is no norm layer, and is left alone without a word (the walk
-    swaps the norms inside it).
+    Each layer stays the same object: only its class changes, so its parameters, buffers,
+    hooks, mode, device, dtype and ``requires_grad`` are kept, and an optimizer built before
+    still holds the right parameters.  What happens to each kind of module, met on a walk of
+    ``model.named_modules()``:
+
+    - torch's ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, ``InstanceNorm1d/2d/3d``,
+      ``LayerNorm``, ``RMSNorm``, ``GroupNorm``: normcore's class of the same name.
+    - a subclass of one of them (timm's ``LayerNorm2d``, ``BatchNormAct2d``,
+      ``GroupNormAct``): a twin class of it and normcore's, which keeps the subclass's own
+      forward and runs normcore's normalization in it (``isinstance`` holds for both).
+    - a layer of those kinds with settings that torch accepts and normcore's layers refuse
+      on purpose (``eps <= 0``: a set of equal values would divide 0 by 0; ``momentum``
+      outside [0, 1]): left as torch's, so the model computes what it did, and named in a
+      warning with the reason.
+    - a module whose class name contains ``Norm`` and that is none of the above, not
+      normcore's, and not a block of layers (torchvision's ``FrozenBatchNorm2d``, timm's
+      ``RmsNorm``): left as it is and named in a warning (a silent skip is how a model ends
+      up half converted).
+    - anything else, normcore's modules and blocks whose name says ``Norm`` among them (a
+      module with a submodule that holds parameters: timm's ``NormFreeNet``,
+      ``NormFreeBlock``, ``NormMlpClassifierHead``, whose norms the walk swaps on its own):
+      left as it is, without a word.
 
     Args:
-        model (nn.Module): the model (or a single norm layer) to change.
+        model (nn.Module): the model (or a single layer) to change.
         report (bool): also return a :class:`Swap` listing the swapped and skipped layers.
             Default: {default}
 
@@ -298,8 +322,6 @@ def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: a layer's settings are outside what normcore accepts (``eps <= 0``,
-            ``momentum`` outside [0, 1]); nothing is swapped then.
 
     Examples:
         >>> import normcore.nn as nnc
@@ -316,21 +338,29 @@ def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     _check_module(model, "from_torch")
     plan: list[tuple[str, Module, type]] = []
     skipped: list[tuple[str, type]] = []
+    unknown: list[tuple[str, type]] = []           # norms normcore has no twin for
+    refused: list[tuple[str, type, str]] = []      # settings normcore's layers refuse
     for path, m in model.named_modules():
         cls = _base_class(m)
         if _is_normcore(cls):
             continue
         torch_cls = _torch_base(cls)
-        if torch_cls is None:   # normcore's own (GhostBatchNorm1d, say) are not torch's to swap
+        if torch_cls is None:
             if _looks_like_a_norm(m):
+                unknown.append((path, cls))
                 skipped.append((path, cls))
             continue
-        _check_normcore_accepts(path, m)
+        why = _refused(m)
+        if why is not None:
+            refused.append((path, cls, why))
+            skipped.append((path, cls))
+            continue
         new = TORCH_TO_NORMCORE[cls] if cls is torch_cls else twin_class(cls)
         plan.append((path, m, _with_base(m, new)))
     swapped = _apply(plan)
-    _warn_skipped("from_torch", skipped, "they do not subclass a torch.nn norm, so normcore "
+    _warn_skipped("from_torch", unknown, "they do not subclass a torch.nn norm, so normcore "
                   "has no twin for them")
+    _warn_refused(refused)
     return (model, Swap(swapped, skipped)) if report else model
 
 
