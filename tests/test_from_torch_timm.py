@@ -1,13 +1,20 @@
-"""``from_torch`` on timm's blocks whose names say Norm without being norm layers (left
-alone, without a warning).
+"""``from_torch`` on timm's layers that are not torch norms: its convolutions with
+standardized weights (swapped for normcore's where the math is the same) and its blocks whose
+names say Norm without being norm layers (left alone, without a warning).
 
-The tests use minimal faithful copies of timm's classes (timm/layers/std_conv.py,
+The first tests use minimal faithful copies of timm's classes (timm/layers/std_conv.py,
 timm/models/nfnet.py, timm/layers/classifier.py of timm 1.0.31), so that they run where timm
-is not installed.
+is not installed; ``from_torch`` knows timm's WS convolutions by module and class name, so
+the copies answer to timm's module.  The last test builds real timm models, where timm can be
+imported: it is not in requirements.txt, since timm requires torchvision, whose wheels on
+PyPI are built against torch's CUDA libraries and do not load with the CPU torch 2.13.0 that
+the project pins (``import torchvision`` fails: "operator torchvision::nms does not exist").
 """
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import warnings
 
 import pytest
@@ -85,6 +92,11 @@ class ScaledStdConv2d(tnn.Conv2d):
         weight = _standardized(self, (self.gain * self.scale).view(-1))
         return TF.conv2d(x, weight, self.bias, self.stride, self.padding, self.dilation,
                          self.groups)
+
+
+# from_torch knows timm's WS convolutions by their module and class name
+for _cls in (StdConv2d, StdConv2dSame, ScaledStdConv2d):
+    _cls.__module__ = "timm.layers.std_conv"
 
 
 class LayerNorm2d(tnn.LayerNorm):
@@ -174,3 +186,90 @@ def test_a_norm_without_a_twin_is_still_named():
     with pytest.warns(UserWarning, match=r"1 \(FrozenBatchNorm2d\)"):
         _, swap = nn.from_torch(model, report=True)
     assert swap.skipped == [("1", FrozenBatchNorm2d)]
+
+
+def test_timms_ws_convolutions_become_normcores_with_the_same_outputs_and_gradients():
+    model = NormFreeNet().double()
+    x = torch.randn(2, 3, 12, 12, dtype=torch.float64)
+    before = _run(model, x)
+    params = list(model.parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, swap = nn.from_torch(model, report=True)
+    assert [path for path, _, _ in swap.swapped] == [
+        "stem", "stages.0.conv1", "stages.0.conv2", "stages.1.conv1", "stages.1.conv2", "same",
+        "head.norm"]
+    assert isinstance(model.stem, nn.WSConv2d) and isinstance(model.stem, StdConv2d)
+    assert isinstance(model.same, nn.WSConv2d) and isinstance(model.same, StdConv2dSame)
+    assert model.stem.convention == "timm" and model.stem.ws_eps == model.stem.eps == 1e-6
+    conv1 = model.stages[0].conv1
+    assert isinstance(conv1, nn.ScaledStdConv2d) and isinstance(conv1, ScaledStdConv2d)
+    assert conv1.gamma == pytest.approx(1.7)
+    assert list(model.parameters()) == params     # the same tensors
+    _same(_run(model, x), before, tol=1e-12)      # float64: the same math
+    # normcore's forward runs: its standardized weight is what the conv uses
+    w = TF.batch_norm(model.stem.weight.reshape(1, 8, -1), None, None, training=True,
+                      eps=1e-6).reshape_as(model.stem.weight)
+    torch.testing.assert_close(model.stem.standardized_weight(), w, rtol=0, atol=1e-12)
+    # and back: timm's classes, the same objects
+    nn.to_torch(model)
+    assert type(model.stem) is StdConv2d and type(model.stages[0].conv1) is ScaledStdConv2d
+    _same(_run(model, x), before, tol=1e-12)
+
+
+def test_ws_twins_deepcopy():
+    # (and pickle: below, with timm's own classes, which pickle can import by name)
+    model = tnn.Sequential(StdConv2d(3, 4, 3), ScaledStdConv2d(4, 4, 3))
+    nn.from_torch(model)
+    x = torch.randn(2, 3, 6, 6)
+    clone = copy.deepcopy(model)
+    assert [type(m) for m in clone] == [type(m) for m in model]
+    torch.testing.assert_close(clone(x), model(x))
+
+
+def test_a_same_conv_that_pads_in_its_forward_is_left_as_timms_and_named():
+    model = tnn.Sequential(StdConv2dSame(3, 4, 3, stride=2), StdConv2d(4, 4, 3))
+    x = torch.randn(2, 3, 9, 9)
+    before = model(x)
+    with pytest.warns(UserWarning, match=r"0 \(StdConv2dSame\): its forward pads the input"):
+        _, swap = nn.from_torch(model, report=True)
+    assert type(model[0]) is StdConv2dSame and isinstance(model[1], nn.WSConv2d)
+    assert swap.skipped == [("0", StdConv2dSame)]
+    torch.testing.assert_close(model(x), before)
+
+
+def test_a_conv_named_like_timms_elsewhere_is_not_taken_for_timms():
+    class StdConv2d(tnn.Conv2d):   # BiT's own: eps=1e-10, and not timm's class
+        def forward(self, x):
+            v, m = torch.var_mean(self.weight, dim=(1, 2, 3), keepdim=True, unbiased=False)
+            return TF.conv2d(x, (self.weight - m) / torch.sqrt(v + 1e-10), self.bias)
+
+    model = tnn.Sequential(StdConv2d(3, 4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, swap = nn.from_torch(model, report=True)
+    assert swap == ([], []) and type(model[0]) is StdConv2d
+
+
+@pytest.mark.parametrize("name", ["resnetv2_50x1_bit", "nf_resnet26"])
+def test_a_real_timm_model_with_ws_convolutions(name):
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, num_classes=10).eval()
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert {"StdConv2d", "GroupNormAct"} <= kinds if name.startswith("resnetv2") else \
+        {"ScaledStdConv2d", "NormFreeBlock", "NormFreeNet"} <= kinds
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        before = model(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # nothing skipped, nothing to say
+        _, swap = nn.from_torch(model, report=True)
+        with torch.no_grad():
+            after = model(x)
+    assert swap.skipped == []
+    ws = [m for m in model.modules() if isinstance(m, (nn.WSConv2d, nn.ScaledStdConv2d))]
+    assert len(ws) == sum(1 for _, old, _ in swap.swapped if "StdConv" in old.__name__) > 10
+    _same([after], [before], tol=1e-4)       # float32 through some 50 layers
+    with torch.no_grad():
+        _same([pickle.loads(pickle.dumps(model))(x)], [after], tol=0)
