@@ -53,7 +53,9 @@ Examples:
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import torch
 from torch import Tensor
@@ -178,7 +180,52 @@ def _empty_output(input: Tensor, weight: Tensor | None, bias: Tensor | None) -> 
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# autocast: the dtypes torch's norms take and give under torch.autocast
+# ---------------------------------------------------------------------------------------
+#: The norms that torch's autocast runs in float32 (its "fp32" cast policy), per device type,
+#: as torch 2.13 registers them (aten/src/ATen/autocast_mode.cpp; CUDA's and XPU's list is
+#: AT_FORALL_FP32 in ATen/autocast_mode.h).  Autocast on CPU has none: torch's norms there
+#: take the input as it comes, and return its dtype.
+FP32_UNDER_AUTOCAST: dict[str, frozenset[str]] = {
+    "cuda": frozenset({"layer_norm", "rms_norm", "group_norm"}),
+    "xpu": frozenset({"layer_norm", "rms_norm", "group_norm"}),
+    "mps": frozenset({"layer_norm", "group_norm", "batch_norm"}),
+}
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _autocast_like_torch(op: Callable[P, R]) -> Callable[P, R]:
+    """Run ``op`` as autocast runs torch's op of the same name.  With autocast on for the
+    input's device type, a norm of the fp32 policy there gets its floating-point tensors on
+    that device, float64 aside, in float32 (and so returns float32); and every norm runs
+    with autocast off, as torch's kernel does (autocast would otherwise cast the torch ops
+    inside normcore's, such as a matrix product, to the lower precision)."""
+    def cast(t: object, dev: str) -> object:
+        if (isinstance(t, Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                and t.device.type == dev):
+            return t.float()
+        return t
+
+    @functools.wraps(op)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        x = args[0] if args else kwargs.get("input")
+        dev = x.device.type if isinstance(x, Tensor) else None   # not a tensor: op says so
+        if dev is None or not (torch.amp.is_autocast_available(dev)
+                               and torch.is_autocast_enabled(dev)):
+            return op(*args, **kwargs)
+        if op.__name__ in FP32_UNDER_AUTOCAST.get(dev, ()):
+            args = tuple(cast(a, dev) for a in args)  # type: ignore[assignment]
+            kwargs = {k: cast(v, dev) for k, v in kwargs.items()}  # type: ignore[assignment]
+        with torch.autocast(dev, enabled=False):
+            return op(*args, **kwargs)
+    return run
+
+
 @documented
+@_autocast_like_torch
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                weight: Tensor | None = None, bias: Tensor | None = None,
                training: bool = False, momentum: float = MOMENTUM, eps: float = EPS, *,
@@ -192,6 +239,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
 
 @documented
+@_autocast_like_torch
 def instance_norm(input: Tensor, running_mean: Tensor | None = None,
                   running_var: Tensor | None = None, weight: Tensor | None = None,
                   bias: Tensor | None = None, use_input_stats: bool = True,
@@ -209,6 +257,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None,
 # layer norm, RMS norm, group norm
 # ---------------------------------------------------------------------------------------
 @documented
+@_autocast_like_torch
 def layer_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
                weight: Tensor | None = None, bias: Tensor | None = None, eps: float = EPS, *,
                backward: str = "derived") -> Tensor:
@@ -234,6 +283,7 @@ def rms_eps(eps: float | None, dtype: torch.dtype) -> float:
 
 
 @documented
+@_autocast_like_torch
 def rms_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
              weight: Tensor | None = None, eps: float | None = None, *,
              backward: str = "derived") -> Tensor:
@@ -243,6 +293,7 @@ def rms_norm(input: Tensor, normalized_shape: int | list[int] | tuple[int, ...],
 
 
 @documented
+@_autocast_like_torch
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = EPS, *,
                backward: str = "derived") -> Tensor:

@@ -173,7 +173,14 @@ def _near(got, ref, tol=1e-4):
 @pytest.mark.parametrize("ours, theirs, args, shape", PAIRS, ids=IDS)
 def test_each_module_is_an_instance_of_torchs_class(ours, theirs, args, shape):
     m = ours(*args)
-    assert isinstance(m, theirs) and type(m).__module__ == "normcore.nn"
+    if ours is nn.SyncBatchNorm:
+        # torch's _BatchNorm but not a torch.nn.SyncBatchNorm, whose instances
+        # DistributedDataParallel refuses in a model on CPU (tests/test_distributed.py)
+        from torch.nn.modules.batchnorm import _BatchNorm
+        assert isinstance(m, _BatchNorm) and not isinstance(m, theirs)
+    else:
+        assert isinstance(m, theirs)
+    assert type(m).__module__ == "normcore.nn"
     assert repr(m) == repr(theirs(*args))          # torch's extra_repr
     assert m.state_dict().keys() == theirs(*args).state_dict().keys()
     assert type(pickle.loads(pickle.dumps(m))) is ours and type(copy.deepcopy(m)) is ours
@@ -490,10 +497,35 @@ def test_bad_input_gets_a_clear_error():
         nn.from_torch([tnn.BatchNorm2d(4)])
     with pytest.raises(TypeError, match=r"expects a torch\.nn\.Module"):
         nn.to_torch("model")
-    model = tnn.Sequential(tnn.BatchNorm2d(4), tnn.LayerNorm(4, eps=0.0))
-    with pytest.raises(ValueError, match=r"layer 1 \(LayerNorm\).*eps"):
-        nn.from_torch(model)
-    assert type(model[0]) is tnn.BatchNorm2d     # nothing was swapped
+
+
+def test_layers_with_settings_normcore_refuses_stay_torchs_and_are_named():
+    # torch takes eps=0 (LayerNorm, GroupNorm, InstanceNorm, RMSNorm; BatchNorm in eval mode)
+    # and any momentum; normcore's layers refuse them on purpose (the differences page)
+    model = tnn.Sequential(
+        tnn.Linear(6, 24), tnn.LayerNorm(24, eps=0.0), tnn.Unflatten(1, (4, 6)),
+        tnn.GroupNorm(2, 4, eps=0.0), tnn.InstanceNorm1d(4, eps=0.0, affine=True),
+        tnn.BatchNorm1d(4, momentum=2.0), tnn.BatchNorm1d(4, eps=0.0).eval(),
+        tnn.RMSNorm(6, eps=0.0), tnn.LayerNorm(6)).double()
+    x = torch.randn(5, 6, dtype=torch.float64)
+    before = model(x)
+    with pytest.warns(UserWarning, match=r"left 6 layer\(s\) as torch's") as caught:
+        _, swap = nn.from_torch(model, report=True)
+    text = str(caught[0].message)
+    for path, cls in [("1", "LayerNorm"), ("3", "GroupNorm"), ("4", "InstanceNorm1d"),
+                      ("6", "BatchNorm1d"), ("7", "RMSNorm")]:
+        assert f"{path} ({cls}): {cls}: eps must be positive, got eps=0.0" in text
+    assert "5 (BatchNorm1d): momentum=2.0 is outside [0, 1]" in text
+    assert "layer.eps = 1e-5" in text and len(caught) == 1
+    assert [p for p, _ in swap.skipped] == ["1", "3", "4", "5", "6", "7"]
+    assert [p for p, _, _ in swap.swapped] == ["8"] and isinstance(model[8], nn.LayerNorm)
+    assert all(type(model[i]).__module__.startswith("torch.nn") for i in (1, 3, 4, 5, 6, 7))
+    torch.testing.assert_close(model(x), before)   # torch's layers compute what they did
+    # given a setting normcore accepts, the layer is swapped
+    model[1].eps = 1e-5
+    with pytest.warns(UserWarning, match="left 5 layer"):
+        _, swap = nn.from_torch(model, report=True)
+    assert [p for p, _, _ in swap.swapped] == ["1"] and isinstance(model[1], nn.LayerNorm)
 
 
 @pytest.mark.parametrize("fn", [nn.from_torch, nn.to_torch])

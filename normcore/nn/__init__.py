@@ -21,7 +21,9 @@ Each norm module subclasses the torch class it replaces (``normcore.nn.BatchNorm
 ``torch.nn.BatchNorm2d``), so torch's utilities treat it as theirs: ``isinstance`` checks,
 ``convert_sync_batchnorm``, ``fuse_conv_bn_eval``, ``torch.ao.quantization.fuse_modules``
 (normcore's BN patterns are added to torch's table, see :mod:`~normcore.nn._fuse`), and
-``torch.fx`` (a ``call_module`` leaf, see :mod:`~normcore.nn._fx`).
+``torch.fx`` (a ``call_module`` leaf, see :mod:`~normcore.nn._fx`).  One exception:
+``SyncBatchNorm`` is torch's ``_BatchNorm`` but not a ``torch.nn.SyncBatchNorm``, whose
+instances ``DistributedDataParallel`` refuses in a model on CPU (normcore's trains there).
 :func:`~normcore.nn.convert.from_torch` / :func:`~normcore.nn.convert.to_torch` swap a
 model's norm layers in place, in either direction.
 

@@ -1,9 +1,12 @@
 """BatchNorm modules: ``BatchNorm1d/2d/3d`` and ``SyncBatchNorm``.
 
-Each is a subclass of the ``torch.nn`` class it replaces (``normcore.nn.BatchNorm2d`` is a
-``torch.nn.BatchNorm2d``, hence a ``torch.nn.modules.batchnorm._BatchNorm``), so torch's
-utilities (``convert_sync_batchnorm``, ``fuse_conv_bn_eval``, the freeze-BN idiom,
-``torch.func.replace_all_batch_norm_modules_``) treat it as theirs.  torch's ``__init__``,
+``BatchNorm1d/2d/3d`` subclass the ``torch.nn`` class they replace (``normcore.nn.BatchNorm2d``
+is a ``torch.nn.BatchNorm2d``), and all four are a ``torch.nn.modules.batchnorm._BatchNorm``,
+so torch's utilities (``convert_sync_batchnorm``, ``fuse_conv_bn_eval``, the freeze-BN idiom,
+``torch.func.replace_all_batch_norm_modules_``) treat them as theirs.  ``SyncBatchNorm`` is
+not a ``torch.nn.SyncBatchNorm``: ``DistributedDataParallel`` refuses every
+``torch.nn.SyncBatchNorm`` in a model on CPU (an ``isinstance`` check: torch's runs on
+accelerators only), and normcore's trains on CPU.  torch's ``__init__``,
 buffers, ``reset_*``, ``extra_repr`` and ``_load_from_state_dict`` are reused; normcore
 overrides the forward (its own math), the input checks (clearer errors) and checks the
 constructor's arguments first (torch does not reject ``eps <= 0`` or a momentum outside
@@ -222,8 +225,13 @@ class BatchNorm3d(_BatchNorm, torch_bn.BatchNorm3d):
     _shape_hint = "(N, C, D, H, W)"
 
 
+# Not a subclass of torch.nn.SyncBatchNorm: DistributedDataParallel raises "SyncBatchNorm
+# layers only work with GPU modules" for every module of a CPU model that is an instance of
+# torch's class (torch/nn/parallel/distributed.py, _passing_sync_batchnorm_handle), while
+# this one merges the processes' moments over gloo on CPU.  It takes nothing from torch's
+# class but the signature, written out below; torch's _BatchNorm gives the rest.
 @fill_defaults
-class SyncBatchNorm(_BatchNorm, torch_bn.SyncBatchNorm):
+class SyncBatchNorm(_BatchNorm):
     __doc__ = _doc.fill(
         _BN, NAME="SyncBatchNorm", INPUT=r"an input :math:`(N, C, *)` split over processes",
         K=r""" and
@@ -238,7 +246,13 @@ buffers.  Training needs an initialized process group
 (``torch.distributed.init_process_group``); the gloo backend and CPU tensors work (torch's
 ``SyncBatchNorm`` refuses CPU tensors in training), and without a group normcore raises a
 ``RuntimeError`` where torch's falls back to per-process BatchNorm.  Eval mode, and a world
-of one process, compute plain BatchNorm.""",
+of one process, compute plain BatchNorm.
+
+The class is a ``torch.nn.modules.batchnorm._BatchNorm`` with the arguments, parameters,
+buffers and ``state_dict`` of ``torch.nn.SyncBatchNorm``, but not a subclass of it:
+``torch.nn.parallel.DistributedDataParallel`` refuses any ``torch.nn.SyncBatchNorm`` in a
+model on CPU, and wraps a model with this one (its parameter gradients, the local sums,
+are then averaged over the processes by DDP as usual).""",
         PROCESS_GROUP="""\
     process_group (ProcessGroup or None): the processes whose batches are normalized
         together; ``None`` for the default group (``WORLD``). Default: {default}
@@ -250,7 +264,12 @@ of one process, compute plain BatchNorm.""",
     ('normcore.nn', 'SyncBatchNorm')
     >>> model.eval()(torch.randn(2, 3, 8, 8)).shape    # eval: no process group needed
     torch.Size([2, 4, 6, 6])""",
-        **{k: v for k, v in _BN_PIECES.items() if k not in ("PROCESS_GROUP", "MORE")})
+        DIFFERS=_doc.differs(_BN_DIFFERS, """\
+    - Not a subclass of ``torch.nn.SyncBatchNorm`` (a torch ``_BatchNorm`` all the same), so
+      that ``DistributedDataParallel`` wraps it in a model on CPU, where it refuses torch's
+      class; convert with this class's ``convert_sync_batchnorm`` (torch's turns every
+      BatchNorm into torch's ``SyncBatchNorm``)."""),
+        **{k: v for k, v in _BN_PIECES.items() if k not in ("PROCESS_GROUP", "MORE", "DIFFERS")})
 
     def __init__(self, num_features: int, eps: float = EPS, momentum: float | None = MOMENTUM,
                  affine: bool = True, track_running_stats: bool = True,
@@ -301,7 +320,9 @@ of one process, compute plain BatchNorm.""",
 
         ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` converts normcore's BatchNorms too
         (they are torch's ``_BatchNorm``), but into torch's ``SyncBatchNorm`` (its code names
-        that class), which refuses CPU tensors in training under a process group.
+        that class): normcore's math is gone, and torch's module refuses CPU tensors in
+        training under a process group, as ``DistributedDataParallel`` refuses it in a model
+        on CPU.
         """
         out = module
         if isinstance(module, torch_bn._BatchNorm):

@@ -3,7 +3,8 @@
 ``from_torch(model)`` turns every torch norm layer (BatchNorm1d/2d/3d, SyncBatchNorm,
 InstanceNorm1d/2d/3d, LayerNorm, RMSNorm, GroupNorm) into normcore's, ``to_torch(model)``
 does the reverse.  The swap changes the *class* of each layer object (``m.__class__``) and
-nothing else: normcore's classes subclass torch's and add no attribute, so the object keeps
+nothing else: normcore's classes subclass torch's (``SyncBatchNorm`` torch's ``_BatchNorm``,
+with the attributes of ``torch.nn.SyncBatchNorm``) and add no attribute, so the object keeps
 its parameters (the same ``Parameter`` objects: an optimizer built before still holds them),
 buffers, hooks, training flag, device, dtype and ``requires_grad``, and its parent needs no
 new child.
@@ -21,11 +22,20 @@ reported by a warning on its first call: its output is still torch's math.  A la
 ``torch.nn.utils.parametrize`` parametrization (whose class is ``Parametrized<class>``) gets
 ``Parametrized<new class>``, so the parametrization stays and can still be removed.
 
-Layers normcore has no twin for are left as they are and listed, both in a warning (a silent
+timm's convolutions with standardized weights (``StdConv2d``, ``ScaledStdConv2d`` and their
+``Same`` variants), which standardize each filter with ``F.batch_norm`` in their forward, get
+a twin of (normcore's :class:`~normcore.nn.WSConv2d` or
+:class:`~normcore.nn.ScaledStdConv2d`, timm's class): normcore's forward, on the attributes
+of timm's layer, which compute the same weights (the ``"timm"`` convention).
+
+Layers from_torch cannot swap are left as they are and listed, both in a warning (a silent
 skip is how a model ends up half converted) and in the report that ``report=True`` returns:
-for ``from_torch``, modules whose class name contains ``Norm`` but which do not subclass a
-torch norm (torchvision's ``FrozenBatchNorm2d``, a hand-written ``RmsNorm``); for
-``to_torch``, normcore modules without a torch twin (WSConv*d, ScaledStdConv2d, DyT).
+modules whose class name contains ``Norm``, that do not subclass a torch norm and are no
+block of layers (torchvision's ``FrozenBatchNorm2d``, a hand-written ``RmsNorm``; not timm's
+``NormFreeBlock``, whose layers the walk reaches), and layers whose settings torch accepts and
+normcore's layers refuse (``eps <= 0``, ``momentum`` outside [0, 1]), which stay torch's.
+``to_torch`` lists normcore modules without a torch twin (WSConv*d, ScaledStdConv2d, DyT);
+a layer from_torch swapped gets its own class back.
 """
 from __future__ import annotations
 
@@ -43,7 +53,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _checks as checks
 from .. import functional as F
 from ..defaults import fill_defaults
-from . import batchnorm, instancenorm, normalization
+from . import batchnorm, conv, instancenorm, normalization
 from ._fx import traced_as_leaf
 
 __all__ = ["from_torch", "to_torch", "Swap"]
@@ -70,14 +80,26 @@ FUNCTIONS: dict[Callable[..., Any], Callable[..., Any]] = {
 }
 
 
+# timm's convolutions with standardized weights (timm.layers.std_conv), by class name, and
+# normcore's class that computes the same.  timm's forward standardizes each filter with
+# F.batch_norm(weight.reshape(1, C_out, -1), training=True, eps=self.eps): the biased
+# variance, eps under the root, i.e. the "timm" convention of WS_CONVENTIONS; the scaled ones
+# pass weight=gain * scale to it, as normcore's ScaledStdConv2d multiplies.
+TIMM_WS: dict[str, type[Module]] = {
+    "StdConv2d": conv.WSConv2d, "StdConv2dSame": conv.WSConv2d,
+    "ScaledStdConv2d": conv.ScaledStdConv2d, "ScaledStdConv2dSame": conv.ScaledStdConv2d,
+}
+
+
 class Swap(NamedTuple):
     """What :func:`from_torch` or :func:`to_torch` did, returned with ``report=True``.
 
     Attributes:
         swapped (list of tuple): ``(path, old class, new class)`` per layer whose class
             changed, ``path`` as in ``model.named_modules()`` (``""`` for the model itself).
-        skipped (list of tuple): ``(path, class)`` per layer left as it was, having no
-            twin (they are also named in a warning).
+        skipped (list of tuple): ``(path, class)`` per layer left as it was: one with no
+            twin in the other library, or whose settings normcore refuses (they are also
+            named in a warning, with the reason).
 
     Examples:
         >>> import normcore.nn as nnc
@@ -117,8 +139,17 @@ def _torch_base(cls: type) -> type[Module] | None:
     return next((k for k in cls.__mro__ if k in TORCH_TO_NORMCORE), None)
 
 
+def _timm_ws(cls: type) -> type[Module] | None:
+    """normcore's class for ``cls`` if it is one of timm's WS convolutions (the class itself,
+    in a ``timm`` module: a subclass may compute something else), or None."""
+    if cls.__module__.partition(".")[0] != "timm" or not issubclass(cls, torch.nn.Conv2d):
+        return None
+    return TIMM_WS.get(cls.__name__)
+
+
 def _is_normcore(cls: type) -> bool:
-    return any(k in NORMCORE_TO_TORCH for k in cls.__mro__)
+    return any(k in NORMCORE_TO_TORCH or k in (conv.WSConv2d, conv.ScaledStdConv2d)
+               for k in cls.__mro__)
 
 
 _TWINS: dict[type[Module], type[Module]] = {}
@@ -186,15 +217,40 @@ def _new_twin(user: type[Module]) -> Module:
     return cls.__new__(cls)
 
 
+def _ws_eps(self: Any) -> float:
+    return float(self.eps)     # timm's attribute, read at each call: the layer's one value
+
+
+def _ws_gamma(self: Any) -> float:
+    return float(self.scale * self.weight[0].numel() ** 0.5)   # timm keeps gamma / sqrt(F)
+
+
+def _ws_twin(user: type[Module], ours: type[Module]) -> type[Module]:
+    """normcore's WS conv ``ours`` first, then timm's class ``user``: normcore's forward and
+    standardized weight, on the attributes of timm's layer (``eps``; ``gain``, ``scale``,
+    ``gain_init``), and ``isinstance`` of both classes."""
+    namespace: dict[str, Any] = {"_normcore_twin_of": user, "__reduce_ex__": _twin_reduce,
+                                 "__module__": user.__module__, "__qualname__": user.__qualname__}
+    if ours is conv.WSConv2d:
+        namespace.update(convention="timm", ws_eps=property(_ws_eps))
+    else:
+        namespace.update(gamma=property(_ws_gamma))
+    return type(user.__name__, (ours, user), namespace)
+
+
 def twin_class(user: type[Module]) -> type[Module]:
     """The class that inherits from ``user`` (a subclass of a torch norm) and from normcore's
-    class for that norm, running ``user``'s forward on normcore's functions (made once)."""
+    class for that norm, running ``user``'s forward on normcore's functions; for one of
+    timm's WS convolutions, normcore's WS conv and ``user``, running normcore's (made once)."""
     twin = _TWINS.get(user)
+    if twin is None and (ours := _timm_ws(user)) is not None:
+        twin = _TWINS[user] = _ws_twin(user, ours)
     if twin is None:
         torch_cls = _torch_base(user)
         if torch_cls is None:
             raise TypeError(f"twin_class: {user.__qualname__} does not subclass a torch.nn "
-                            f"norm layer, so normcore has no class to pair it with")
+                            f"norm layer and is none of timm's WS convolutions, so normcore "
+                            f"has no class to pair it with")
         namespace = {"_normcore_twin_of": user, "__reduce_ex__": _twin_reduce,
                      "__module__": user.__module__, "__qualname__": user.__qualname__}
         if user.forward is not torch_cls.forward:   # the user's forward, normcore's norms
@@ -228,17 +284,34 @@ def _with_base(m: Module, new: type) -> type:
     return _REPARAMETRIZED[key]
 
 
-def _check_normcore_accepts(path: str, m: Module) -> None:
-    """normcore's constructor checks, on a torch layer's settings (normcore is stricter)."""
-    name = f"layer {path or '<model>'} ({type(m).__name__})"
+def _refused(m: Module) -> str | None:
+    """Why normcore's class would refuse the layer's settings, or None: its constructor's
+    checks (normcore is stricter than torch: eps > 0, momentum in [0, 1]), and for a WS
+    convolution what its forward computes alike."""
     try:
-        if m.eps is not None:
-            checks.check_eps(m.eps, name)
+        if getattr(m, "eps", None) is not None:
+            checks.check_eps(m.eps, type(m).__name__)
         if hasattr(m, "momentum"):
             checks.check_momentum(m.momentum)
-    except ValueError as err:
-        raise ValueError(f"from_torch: {name} cannot become normcore's: {err}; change the "
-                         f"layer's setting or leave this layer out of the swap") from err
+    except (TypeError, ValueError) as err:
+        return str(err)
+    if isinstance(m, torch.nn.Conv2d):   # timm's: F.conv2d with self.padding, no padding_mode
+        if getattr(m, "same_pad", False):
+            return ("its forward pads the input itself ('SAME' padding for this stride and "
+                    "size), which normcore's WSConv2d does not")
+        if m.padding_mode != "zeros":
+            return (f"padding_mode={m.padding_mode!r}, which timm's forward ignores and "
+                    f"normcore's WSConv2d applies")
+    return None
+
+
+def _looks_like_a_norm(m: Module) -> bool:
+    """A layer whose class name says Norm, that is neither normcore's nor a block of layers:
+    a module with a submodule that holds parameters (timm's NormFreeNet, NormFreeBlock,
+    NormMlpClassifierHead) is a block, whose norms the walk reaches on its own."""
+    cls = _base_class(m)
+    return ("Norm" in cls.__name__ and not cls.__module__.startswith("normcore")
+            and not any(True for child in m.children() for _ in child.parameters()))
 
 
 def _check_module(model: object, caller: str) -> None:
@@ -254,6 +327,17 @@ def _warn_skipped(caller: str, skipped: list[tuple[str, type]], why: str) -> Non
                       stacklevel=3)
 
 
+def _warn_refused(refused: list[tuple[str, type, str]]) -> None:
+    if refused:
+        listed = "; ".join(f"{p or '<model>'} ({c.__name__}): {why}" for p, c, why in refused)
+        warnings.warn(
+            f"from_torch left {len(refused)} layer(s) as torch's, with settings that torch "
+            f"accepts and normcore's layers refuse: {listed}. The model computes what it "
+            f"did; to swap such a layer, give it a setting normcore accepts before calling "
+            f"from_torch (e.g. layer.eps = 1e-5), which changes its output (normcore refuses "
+            f"eps <= 0 on purpose: a set of equal values would divide 0 by 0)", stacklevel=3)
+
+
 M = TypeVar("M", bound=Module)
 
 
@@ -265,17 +349,37 @@ def from_torch(model: M, *, report: Literal[True]) -> tuple[M, Swap]: ...
 def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     r"""Swap every torch norm layer of ``model`` for normcore's, in place.
 
-    Torch's ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, ``InstanceNorm1d/2d/3d``,
-    ``LayerNorm``, ``RMSNorm`` and ``GroupNorm`` become normcore's; a subclass of one of
-    them (timm's ``LayerNorm2d``, ``BatchNormAct2d``, ``GroupNormAct``) keeps its own forward
-    with normcore's normalization in it.  Each layer stays the same object (only its class
-    changes), so its parameters, buffers, hooks, mode, device, dtype and ``requires_grad``
-    are kept, and an optimizer built before still holds the right parameters.  Layers that
-    look like norms (class name with ``Norm``) but do not subclass a torch norm are left as
-    they are and named in a warning.
+    Each layer stays the same object: only its class changes, so its parameters, buffers,
+    hooks, mode, device, dtype and ``requires_grad`` are kept, and an optimizer built before
+    still holds the right parameters.  What happens to each kind of module, met on a walk of
+    ``model.named_modules()``:
+
+    - torch's ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, ``InstanceNorm1d/2d/3d``,
+      ``LayerNorm``, ``RMSNorm``, ``GroupNorm``: normcore's class of the same name.
+    - a subclass of one of them (timm's ``LayerNorm2d``, ``BatchNormAct2d``,
+      ``GroupNormAct``): a twin class of it and normcore's, which keeps the subclass's own
+      forward and runs normcore's normalization in it (``isinstance`` holds for both).
+    - timm's convolutions with standardized weights (``timm.layers``' ``StdConv2d``,
+      ``StdConv2dSame``, ``ScaledStdConv2d``, ``ScaledStdConv2dSame``): a twin class of it
+      and normcore's :class:`WSConv2d` (``convention="timm"``, ``ws_eps`` the layer's
+      ``eps``) or :class:`ScaledStdConv2d`, which compute the same weights as timm's
+      forward (biased variance, ``eps`` under the root; times ``gain * scale``).  A
+      ``Same`` layer whose forward pads the input itself (``same_pad``) is left as it is.
+    - a layer of those kinds with settings that torch accepts and normcore's layers refuse
+      on purpose (``eps <= 0``: a set of equal values would divide 0 by 0; ``momentum``
+      outside [0, 1]): left as torch's, so the model computes what it did, and named in a
+      warning with the reason.
+    - a module whose class name contains ``Norm`` and that is none of the above, not
+      normcore's, and not a block of layers (torchvision's ``FrozenBatchNorm2d``, timm's
+      ``RmsNorm``): left as it is and named in a warning (a silent skip is how a model ends
+      up half converted).
+    - anything else, normcore's modules and blocks whose name says ``Norm`` among them (a
+      module with a submodule that holds parameters: timm's ``NormFreeNet``,
+      ``NormFreeBlock``, ``NormMlpClassifierHead``, whose norms the walk swaps on its own):
+      left as it is, without a word.
 
     Args:
-        model (nn.Module): the model (or a single norm layer) to change.
+        model (nn.Module): the model (or a single layer) to change.
         report (bool): also return a :class:`Swap` listing the swapped and skipped layers.
             Default: {default}
 
@@ -284,8 +388,6 @@ def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: a layer's settings are outside what normcore accepts (``eps <= 0``,
-            ``momentum`` outside [0, 1]); nothing is swapped then.
 
     Examples:
         >>> import normcore.nn as nnc
@@ -302,21 +404,29 @@ def from_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
     _check_module(model, "from_torch")
     plan: list[tuple[str, Module, type]] = []
     skipped: list[tuple[str, type]] = []
+    unknown: list[tuple[str, type]] = []           # norms normcore has no twin for
+    refused: list[tuple[str, type, str]] = []      # settings normcore's layers refuse
     for path, m in model.named_modules():
         cls = _base_class(m)
         if _is_normcore(cls):
             continue
         torch_cls = _torch_base(cls)
-        if torch_cls is None:   # normcore's own (GhostBatchNorm1d, say) are not torch's to swap
-            if "Norm" in cls.__name__ and not cls.__module__.startswith("normcore"):
+        if torch_cls is None and _timm_ws(cls) is None:
+            if _looks_like_a_norm(m):
+                unknown.append((path, cls))
                 skipped.append((path, cls))
             continue
-        _check_normcore_accepts(path, m)
+        why = _refused(m)
+        if why is not None:
+            refused.append((path, cls, why))
+            skipped.append((path, cls))
+            continue
         new = TORCH_TO_NORMCORE[cls] if cls is torch_cls else twin_class(cls)
         plan.append((path, m, _with_base(m, new)))
     swapped = _apply(plan)
-    _warn_skipped("from_torch", skipped, "they do not subclass a torch.nn norm, so normcore "
+    _warn_skipped("from_torch", unknown, "they do not subclass a torch.nn norm, so normcore "
                   "has no twin for them")
+    _warn_refused(refused)
     return (model, Swap(swapped, skipped)) if report else model
 
 
@@ -360,8 +470,8 @@ def to_torch(model: M, *, report: bool = False) -> M | tuple[M, Swap]:
         cls = _base_class(m)
         if cls in NORMCORE_TO_TORCH:
             plan.append((path, m, _with_base(m, NORMCORE_TO_TORCH[cls])))
-        elif issubclass(cls, _ReachesNormcore) and "_normcore_twin_of" in cls.__dict__:
-            plan.append((path, m, _with_base(m, cls._normcore_twin_of)))
+        elif "_normcore_twin_of" in cls.__dict__:     # a twin from_torch made: the user's class
+            plan.append((path, m, _with_base(m, cls.__dict__["_normcore_twin_of"])))
         elif cls.__module__ == "normcore.nn" or _is_normcore(cls):
             skipped.append((path, cls))
     swapped = _apply(plan)
