@@ -135,8 +135,15 @@ def test_set_sum_of_one_set_is_that_of_the_same_set_in_a_batch(n):
 def test_a_plain_sum_of_one_set_can_differ_from_the_batched_one():
     """Why set_sum exists: torch's own sum of one long row (split among the threads) against
     the same row summed beside others: not the same bits on this machine's kernels (the
-    check of the test above would fail with a plain sum)."""
-    if torch.get_num_threads() < 2:
-        pytest.skip("one thread: torch does not split the sum")
-    t = torch.randn(32, 64 * 32 * 32, generator=torch.Generator().manual_seed(0))
-    assert not all(torch.equal(t[k:k + 1].sum(1), t.sum(1)[k:k + 1]) for k in range(32))
+    check of the test above would fail with a plain sum); with two threads, as pytest's
+    workers may run on one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        t = torch.randn(32, 64 * 32 * 32, generator=torch.Generator().manual_seed(0))
+        split = [torch.equal(t[k:k + 1].sum(1), t.sum(1)[k:k + 1]) for k in range(32)]
+        mine = [torch.equal(core.set_sum(t[k:k + 1], (1,)), core.set_sum(t, (1,))[k:k + 1])
+                for k in range(32)]
+    finally:
+        torch.set_num_threads(before)
+    assert not all(split) and all(mine)
