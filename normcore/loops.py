@@ -47,7 +47,7 @@ __all__ = ["CHUNK_ELEMENTS", "PARTS_BYTES", "ONE_PASS_RATIO", "FASTMATH", "compi
            "forward", "backward", "forward_by_sets", "backward_by_sets", "forward_by_channels",
            "backward_by_channels", "fixed_by_channels", "forward_rows", "backward_rows",
            "forward_sets", "backward_sets", "forward_channels", "backward_channels",
-           "fixed_channels"]
+           "fixed_channels", "fixed_channels_backward"]
 
 #: rows per chunk: about this many elements (256 KB of float32, the L2 cache of a core)
 CHUNK_ELEMENTS = 1 << 16
@@ -233,27 +233,31 @@ def backward_channels(x, g, w, mu, r, dx, sums, lo, hi):
                 dx[i, c, j] = rc * (float(g[i, c, j]) * w[c] - cc - xh * a)
 
 
-def fixed_channels(x, m, s, t, g, with_g, out, sums, lo, hi):
-    r"""BatchNorm and InstanceNorm with fixed statistics (eval mode) on contiguous memory,
-    ``x`` of ``(N, C, P)``, channels ``lo`` to ``hi``: the forward, ``out = (x - m) s + t``; or,
-    ``with_g``, the backward: ``out = g s`` (dL/dx, ``s`` = gamma r) and the sums per channel of
-    :math:`g\,(x - m)` and of :math:`g` into ``sums``; one pass, in float64, rounded once."""
+def fixed_channels(x, m, s, t, out, lo, hi):
+    """BatchNorm and InstanceNorm with fixed statistics (eval mode) on contiguous memory,
+    ``x`` of ``(N, C, P)``, channels ``lo`` to ``hi``: ``out = (x - m) s + t``, in float64,
+    rounded once."""
+    N, _, P = x.shape
+    for c in range(lo, hi):
+        for i in range(N):
+            for j in range(P):
+                out[i, c, j] = (float(x[i, c, j]) - m[c]) * s[c] + t[c]
+
+
+def fixed_channels_backward(x, g, m, s, dx, sums, lo, hi):
+    r"""Its backward, one pass: ``dx = g s`` (``s`` = gamma r) and the sums per channel of
+    :math:`g\,(x - m)` and of :math:`g` into ``sums``."""
     N, _, P = x.shape
     for c in range(lo, hi):
         a = 0.0
         b = 0.0
         for i in range(N):
             for j in range(P):
-                if with_g:
-                    gv = float(g[i, c, j])
-                    a += gv * (float(x[i, c, j]) - m[c])
-                    b += gv
-                    out[i, c, j] = gv * s[c]
-                else:
-                    out[i, c, j] = (float(x[i, c, j]) - m[c]) * s[c] + t[c]
-        if with_g:
-            sums[0, c], sums[1, c] = a, b
-
+                gv = float(g[i, c, j])
+                a += gv * (float(x[i, c, j]) - m[c])
+                b += gv
+                dx[i, c, j] = gv * s[c]
+        sums[0, c], sums[1, c] = a, b
 
 _compiled: dict = {}
 _pool: list = []
@@ -391,12 +395,14 @@ def backward_by_channels(g3: torch.Tensor, x3: torch.Tensor, weight, mu: torch.T
 def fixed_by_channels(x3: torch.Tensor, mean: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
                       out3: torch.Tensor, g3: torch.Tensor | None = None):
     """:func:`fixed_channels` on ``(N, C, P)`` views: the eval-mode forward into ``out3``, or
-    with ``g3`` the backward (dx into ``out3``), whose float64 ``(2, C)`` sums it returns;
-    ``mean``, ``s``, ``t`` float64 ``(C,)``."""
+    with ``g3`` the backward (:func:`fixed_channels_backward`, dx into ``out3``), whose float64
+    ``(2, C)`` sums it returns; ``mean``, ``s``, ``t`` float64 ``(C,)``."""
     C = x3.shape[1]
-    sums = torch.zeros(2, C, dtype=torch.float64)
-    xa = x3.detach().numpy()
-    _run(compiled(fixed_channels), C, xa, mean.contiguous().numpy(), s.contiguous().numpy(),
-         t.contiguous().numpy(), xa if g3 is None else g3.detach().numpy(), g3 is not None,
-         out3.numpy(), sums.numpy())
+    xa, m, sa = x3.detach().numpy(), mean.contiguous().numpy(), s.contiguous().numpy()
+    if g3 is None:
+        _run(compiled(fixed_channels), C, xa, m, sa, t.contiguous().numpy(), out3.numpy())
+        return None
+    sums = torch.empty(2, C, dtype=torch.float64)
+    _run(compiled(fixed_channels_backward), C, xa, g3.detach().numpy(), m, sa, out3.numpy(),
+         sums.numpy())
     return sums

@@ -340,6 +340,7 @@ def test_the_kernels_are_twice_differentiable(name):
 # ---------------------------------------------------------------------------------------
 KERNELS = [loops.forward_rows, loops.backward_rows, loops.forward_sets, loops.backward_sets,
            loops.forward_channels, loops.backward_channels, loops.fixed_channels,
+           loops.fixed_channels_backward,
            positions.position_sums, positions.sample_forward, positions.position_affine,
            positions.fixed_backward]
 #: what a kernel may read from its module's globals: modules and builtins, never a number
