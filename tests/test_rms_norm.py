@@ -181,3 +181,22 @@ def test_bad_input_gives_a_clear_error(call, exc, words):
     with pytest.raises(exc) as info:
         call()
     assert words in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("shape, k", [((2, 3, 4, 5), 1), ((2, 3, 4, 5), 2), ((2, 3, 2, 4, 5), 1)])
+def test_rms_norm_over_trailing_dims_of_channels_last_memory(shape, k):
+    """RMSNorm over the last dim(s) of a 4-d or 5-d channels_last tensor (its view once failed
+    with 'view size is not compatible'): torch's output, gradients and memory format."""
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64).contiguous(memory_format=fmt)
+    w = torch.rand(shape[len(shape) - k:], generator=gen, dtype=torch.float64) + 0.5
+    g = torch.randn(shape, generator=gen, dtype=torch.float64)
+    out = []
+    for fn in (F.rms_norm, TF.rms_norm):
+        xs, ws = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        y = fn(xs, shape[len(shape) - k:], ws, 1e-6)
+        out.append((y, *torch.autograd.grad(y, (xs, ws), g)))
+    for a, t in zip(*out):
+        torch.testing.assert_close(a, t)
+    assert out[0][0].is_contiguous(memory_format=fmt) == out[1][0].is_contiguous(memory_format=fmt)
