@@ -93,12 +93,12 @@ book-nosolutions: vendor
 # Both passes train again (NORMCORE_REFRESH=1: the runs are what is tested); the first pass
 # leaves its results in the cache for the book build that follows.
 OTHER_ARITHMETIC := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=3
-# The package tests that count roundings (accuracy against torch and float64, the fast paths'
-# error bounds) run under that arithmetic too: a bound that held only for AVX-512's order of
+# The package tests that count roundings (accuracy against torch and float64, the kernels
+# against the reference, a sample's bits against its batch-mates') run under that arithmetic too: a bound that held only for AVX-512's order of
 # summation failed there (about 45 s on 2 cores).
 NUMERIC_TESTS := tests/test_accuracy.py tests/test_core.py tests/test_dyt.py \
   tests/test_frozen.py tests/test_grad.py tests/test_instance_norm.py tests/test_rms_norm.py \
-  tests/test_speed_paths.py
+  tests/test_kernels.py tests/test_batch_invariance.py
 
 test:
 	$(MAKE) test-package
