@@ -48,21 +48,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in LOW_PRECISION else dtype
 
 
-def reference_dtype(t: torch.Tensor) -> torch.Tensor:
+def reference_dtype(t: torch.Tensor) -> torch.dtype:
     """The dtype the reference computes in: float64 for float32 (each output and gradient is
     then rounded once, at the end: never less accurate than torch's float32 kernels), float32
     for half precision (as torch), float64 for float64; float32 on MPS, which has no float64."""
     if t.dtype in LOW_PRECISION or (t.dtype == torch.float32 and t.device.type == "mps"):
         return torch.float32
     return torch.float64 if t.dtype == torch.float32 else t.dtype
-
-
-def wide_dtype(t: torch.Tensor) -> torch.dtype:
-    """The dtype small per-set values are kept in: float64 for float32 (one rounding when
-    they meet the full-size tensor), except on MPS, which has no float64."""
-    if t.dtype == torch.float32 and t.device.type != "mps":
-        return torch.float64
-    return t.dtype
 
 
 def output_format(lay: Layout, x: torch.Tensor) -> torch.memory_format:
@@ -105,16 +97,16 @@ def _row(n: int) -> int:
 
 
 def set_sum(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    r"""``t.sum(dims, keepdim=True)`` in :func:`wide_dtype`, each set on its own.
+    r"""``t.sum(dims, keepdim=True)`` in :func:`reference_dtype`, each set on its own.
 
     The dims that close the shape (all of :math:`S` for LN, RMSNorm, IN, GN, WS; the
     positions for BN) are summed as rows of at most :data:`ROW` values in ``t``'s dtype
-    (torch's vectorized sum), then those rows' sums in float64, then any other dim (BN's
-    batch).  Why not one ``t.sum``: with a single set (a batch of one) torch splits that one
+    (torch's vectorized sum), then those rows' sums in the reference's dtype, then any other
+    dim (BN's batch).  Why not one ``t.sum``: with a single set (a batch of one) torch splits that one
     sum among its threads, and the sample's bits would depend on the batch size; with one row
     sum per output there is always one output per row, which torch computes whole.  And
     ``t.sum(dtype=torch.float64)`` of a float32 tensor converts it first (100x slower)."""
-    wide = wide_dtype(t)
+    wide = reference_dtype(t)
     if not dims:
         return t.to(wide)
     if torch.compiler.is_compiling() or torch.compiler.is_exporting():
@@ -153,9 +145,9 @@ def moments(xv: torch.Tensor, lay: Layout, correction: int = 0):
 def inverse_std(var: torch.Tensor, eps: float, eps_mode: str = "inside",
                 dtype: torch.dtype | None = None) -> torch.Tensor:
     """Step (3): ``r = 1 / sqrt(var + eps)``, or ``1 / (sqrt(var) + eps)`` outside, from
-    ``var`` in :func:`wide_dtype` (one value per set: cheap) and rounded once to ``dtype``
+    ``var`` in :func:`reference_dtype` (one value per set: cheap) and rounded once to ``dtype``
     (``var``'s by default), as torch's BatchNorm does."""
-    v = var.to(wide_dtype(var))
+    v = var.to(reference_dtype(var))
     if eps_mode == "inside":
         r = torch.rsqrt(v + eps)
     elif eps_mode == "outside":

@@ -145,10 +145,12 @@ def _conditions(table: dict, lay: Layout, x: torch.Tensor) -> list[tuple[str, bo
 
 
 def _family(table: dict, lay: Layout, x: torch.Tensor) -> str | None:
-    if not (_STATE["kernels"] and x.device.type == "cpu" and x.dtype in DTYPES
-            and x.numel() and numba_installed() and not recording() and standard(lay)):
+    """The table's family when every condition of :func:`_conditions` holds (the list
+    :func:`explain` prints: one list, so that the two cannot disagree), else None.  A
+    compiler or transform that records gets None at once: it traces nothing else here."""
+    if recording() or not all(ok for _, ok in _conditions(table, lay, x)):
         return None
-    return table.get((lay.norm, memory_format(x, lay.norm)))
+    return table[(lay.norm, memory_format(x, lay.norm))]
 
 
 def family(lay: Layout, x: torch.Tensor) -> str | None:
